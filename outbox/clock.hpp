@@ -1,0 +1,31 @@
+#pragma once
+// Time seam: every component reads the time through a Clock so tests can control it.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+namespace outbox {
+
+using Timestamp = std::chrono::system_clock::time_point;
+
+/// Source of wall-clock time. Implementations must be thread-safe.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual Timestamp now() const = 0;
+  /// The system clock, shared.
+  static std::shared_ptr<Clock> system();
+};
+
+/// Microseconds since the Unix epoch, the unit timestamps are stored in.
+inline std::int64_t to_micros(Timestamp t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+/// Inverse of to_micros.
+inline Timestamp from_micros(std::int64_t us) {
+  return Timestamp(std::chrono::duration_cast<Timestamp::duration>(std::chrono::microseconds(us)));
+}
+
+}  // namespace outbox

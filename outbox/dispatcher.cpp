@@ -1,0 +1,355 @@
+#include "outbox/dispatcher.hpp"
+
+#include <optional>
+#include <stdexcept>
+
+#include "outbox/errors.hpp"
+#include "outbox/in_flight_tracker.hpp"
+#include "outbox/interceptor.hpp"
+#include "outbox/listener.hpp"
+#include "outbox/log.hpp"
+#include "outbox/metrics.hpp"
+#include "outbox/retry_policy.hpp"
+#include "outbox/sql/connection.hpp"
+#include "outbox/store.hpp"
+
+namespace outbox {
+namespace {
+
+std::string describe(std::exception_ptr error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "non-standard exception";
+  }
+}
+
+}  // namespace
+
+OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options)) {
+  if (!options_.connection_provider) {
+    throw std::invalid_argument("OutboxDispatcher: connection_provider is required");
+  }
+  if (!options_.store) {
+    throw std::invalid_argument("OutboxDispatcher: store is required");
+  }
+  if (!options_.listeners) {
+    throw std::invalid_argument("OutboxDispatcher: listeners is required");
+  }
+  if (options_.max_attempts < 1) {
+    throw std::invalid_argument("OutboxDispatcher: max_attempts must be >= 1");
+  }
+  if (options_.worker_count < 1) {
+    throw std::invalid_argument("OutboxDispatcher: worker_count must be >= 1");
+  }
+  if (options_.hot_queue_capacity < 1) {
+    throw std::invalid_argument("OutboxDispatcher: hot_queue_capacity must be >= 1");
+  }
+  if (options_.cold_queue_capacity < 1) {
+    throw std::invalid_argument("OutboxDispatcher: cold_queue_capacity must be >= 1");
+  }
+  if (options_.drain_timeout.count() < 0) {
+    throw std::invalid_argument("OutboxDispatcher: drain_timeout must not be negative");
+  }
+  for (const auto& i : options_.interceptors) {
+    if (!i) {
+      throw std::invalid_argument("OutboxDispatcher: interceptors must not contain null");
+    }
+  }
+  if (!options_.clock) {
+    options_.clock = Clock::system();
+  }
+  if (!options_.in_flight_tracker) {
+    options_.in_flight_tracker = std::make_shared<DefaultInFlightTracker>();
+  }
+  if (!options_.retry_policy) {
+    options_.retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>();
+  }
+  if (!options_.metrics) {
+    options_.metrics = MetricsExporter::noop();
+  }
+  workers_.reserve(static_cast<std::size_t>(options_.worker_count));
+  for (int i = 0; i < options_.worker_count; ++i) {
+    workers_.emplace_back([this] { worker_loop(); });
+  }
+}
+
+OutboxDispatcher::~OutboxDispatcher() { close(); }
+
+bool OutboxDispatcher::enqueue_hot(QueuedEvent event) {
+  event.source = QueuedEvent::Source::Hot;
+  return enqueue(std::move(event), true);
+}
+
+bool OutboxDispatcher::enqueue_cold(QueuedEvent event) {
+  event.source = QueuedEvent::Source::Cold;
+  return enqueue(std::move(event), false);
+}
+
+bool OutboxDispatcher::enqueue(QueuedEvent event, bool hot) {
+  int hot_depth;
+  int cold_depth;
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (closing_) {
+      return false;
+    }
+    auto& queue = hot ? hot_ : cold_;
+    const auto capacity = hot ? options_.hot_queue_capacity : options_.cold_queue_capacity;
+    const auto& id = event.envelope.event_id();
+    if (!hot && completed_ids_.count(id) != 0) {
+      return true;  // completed after this scan read it: the row is no longer pending
+    }
+    if (queue.size() >= capacity) {
+      return false;
+    }
+    if (!options_.in_flight_tracker->try_acquire(id)) {
+      return true;  // already queued or being processed here
+    }
+    queue.push_back(std::move(event));
+    hot_depth = static_cast<int>(hot_.size());
+    cold_depth = static_cast<int>(cold_.size());
+  }
+  work_ready_.notify_one();
+  if (hot) {
+    options_.metrics->increment_hot_enqueued();
+  } else {
+    options_.metrics->increment_cold_enqueued();
+  }
+  options_.metrics->record_queue_depths(hot_depth, cold_depth);
+  return true;
+}
+
+int OutboxDispatcher::cold_queue_remaining_capacity() const {
+  std::lock_guard lock(queue_mutex_);
+  if (closing_) {
+    return 0;
+  }
+  return static_cast<int>(options_.cold_queue_capacity - cold_.size());
+}
+
+std::uint64_t OutboxDispatcher::begin_scan() {
+  std::lock_guard lock(queue_mutex_);
+  active_scans_.insert(completion_seq_);
+  return completion_seq_;
+}
+
+void OutboxDispatcher::end_scan(std::uint64_t token) {
+  std::lock_guard lock(queue_mutex_);
+  auto it = active_scans_.find(token);
+  if (it != active_scans_.end()) {
+    active_scans_.erase(it);
+  }
+  // Completions older than every remaining scan can no longer be stale reads of any scan.
+  const std::uint64_t oldest =
+      active_scans_.empty() ? completion_seq_ : *active_scans_.begin();
+  while (!completed_log_.empty() && completed_log_.front().first <= oldest) {
+    completed_ids_.erase(completed_log_.front().second);
+    completed_log_.pop_front();
+  }
+}
+
+void OutboxDispatcher::close() {
+  std::lock_guard close_lock(close_mutex_);
+  std::unique_lock lock(queue_mutex_);
+  if (closing_ && workers_.empty()) {
+    return;
+  }
+  closing_ = true;
+  work_ready_.notify_all();
+  const bool drained = drained_.wait_for(lock, options_.drain_timeout,
+                                         [&] { return hot_.empty() && cold_.empty(); });
+  abandon_ = true;
+  const auto left = hot_.size() + cold_.size();
+  lock.unlock();
+  work_ready_.notify_all();
+  for (auto& t : workers_) {
+    if (t.joinable()) {
+      t.join();
+    }
+  }
+  workers_.clear();
+  lock.lock();
+  for (auto* queue : {&hot_, &cold_}) {
+    for (auto& e : *queue) {
+      options_.in_flight_tracker->release(e.envelope.event_id());
+    }
+    queue->clear();
+  }
+  lock.unlock();
+  if (!drained) {
+    log(LogLevel::Warning, "OutboxDispatcher: drain timeout; " + std::to_string(left) +
+                               " queued events left in the table for the poller");
+  }
+}
+
+void OutboxDispatcher::worker_loop() {
+  for (;;) {
+    std::optional<QueuedEvent> event;
+    int hot_depth;
+    int cold_depth;
+    {
+      std::unique_lock lock(queue_mutex_);
+      work_ready_.wait(lock, [&] { return abandon_ || closing_ || !hot_.empty() || !cold_.empty(); });
+      if (abandon_ || (hot_.empty() && cold_.empty())) {
+        if (closing_) {
+          drained_.notify_all();
+          return;
+        }
+        continue;
+      }
+      // 2:1 hot:cold when both have work, so a steady hot stream cannot starve the poller.
+      const bool take_hot = !hot_.empty() && (cold_.empty() || fairness_tick_++ % 3 != 2);
+      auto& queue = take_hot ? hot_ : cold_;
+      event.emplace(std::move(queue.front()));
+      queue.pop_front();
+      hot_depth = static_cast<int>(hot_.size());
+      cold_depth = static_cast<int>(cold_.size());
+      if (hot_depth == 0 && cold_depth == 0) {
+        drained_.notify_all();
+      }
+    }
+    options_.metrics->record_queue_depths(hot_depth, cold_depth);
+    process(*event);
+  }
+}
+
+void OutboxDispatcher::process(QueuedEvent& queued) {
+  const EventEnvelope& event = queued.envelope;
+  std::exception_ptr error;
+  try {
+    for (const auto& interceptor : options_.interceptors) {
+      interceptor->before_dispatch(event);
+    }
+    auto listener = options_.listeners->listener_for(event.aggregate_type(), event.event_type());
+    if (!listener) {
+      throw UnroutableEventError("no listener for aggregate type '" + event.aggregate_type() +
+                                 "' and event type '" + event.event_type() + "'");
+    }
+    (*listener)(event);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  for (auto it = options_.interceptors.rbegin(); it != options_.interceptors.rend(); ++it) {
+    try {
+      (*it)->after_dispatch(event, error);
+    } catch (const std::exception& e) {
+      log(LogLevel::Warning, std::string("after_dispatch threw: ") + e.what());
+    } catch (...) {
+      log(LogLevel::Warning, "after_dispatch threw a non-standard exception");
+    }
+  }
+
+  // Decide the outcome first, then write it once: a failed status write is logged and counted,
+  // never turned into a listener retry (the row stays pending and the poller brings it back).
+  enum class Outcome { Done, Retry, Deferred, Dead } outcome = Outcome::Done;
+  std::string message;
+  Timestamp next_at{};
+  bool count_attempt = true;
+  const auto now = options_.clock->now();
+  if (error) {
+    message = describe(error);
+    const int attempts = queued.attempts + 1;
+    try {
+      std::rethrow_exception(error);
+    } catch (const UnroutableEventError&) {
+      outcome = Outcome::Dead;
+      count_attempt = false;
+    } catch (const RetryLater& later) {
+      next_at = now + later.delay();
+      if (!later.count_attempt()) {
+        outcome = Outcome::Deferred;
+      } else {
+        outcome = attempts >= options_.max_attempts ? Outcome::Dead : Outcome::Retry;
+      }
+    } catch (...) {
+      if (attempts >= options_.max_attempts) {
+        outcome = Outcome::Dead;
+      } else {
+        outcome = Outcome::Retry;
+        next_at = now + options_.retry_policy->compute_delay(attempts);
+      }
+    }
+  }
+
+  try {
+    auto conn = options_.connection_provider->acquire();
+    auto& store = *options_.store;
+    const auto& id = event.event_id();
+    switch (outcome) {
+      case Outcome::Done:
+        store.mark_done(*conn, id, now);
+        break;
+      case Outcome::Retry:
+        store.mark_retry(*conn, id, next_at, message);
+        break;
+      case Outcome::Deferred:
+        store.mark_deferred(*conn, id, next_at, message);
+        break;
+      case Outcome::Dead:
+        store.mark_dead(*conn, id, message, count_attempt);
+        break;
+    }
+  } catch (const std::exception& e) {
+    options_.metrics->increment_status_update_failure();
+    log(LogLevel::Error, "OutboxDispatcher: could not record the outcome of event " +
+                             event.event_id() + " (the poller will retry it): " + e.what());
+  }
+  switch (outcome) {
+    case Outcome::Done:
+      options_.metrics->increment_dispatch_success();
+      break;
+    case Outcome::Retry:
+    case Outcome::Deferred:
+      options_.metrics->increment_dispatch_failure();
+      log(LogLevel::Warning, "event " + event.event_id() + " (" + event.event_type() +
+                                 ") failed, will retry: " + message);
+      break;
+    case Outcome::Dead:
+      options_.metrics->increment_dispatch_dead();
+      log(LogLevel::Error,
+          "event " + event.event_id() + " (" + event.event_type() + ") is DEAD: " + message);
+      break;
+  }
+  finish(event.event_id());
+}
+
+void OutboxDispatcher::finish(const std::string& event_id) {
+  std::lock_guard lock(queue_mutex_);
+  ++completion_seq_;
+  if (!active_scans_.empty()) {
+    completed_log_.emplace_back(completion_seq_, event_id);
+    completed_ids_.insert(event_id);
+  }
+  options_.in_flight_tracker->release(event_id);
+}
+
+DispatcherWriterHook::DispatcherWriterHook(OutboxDispatcher& dispatcher,
+                                           std::shared_ptr<MetricsExporter> metrics,
+                                           std::shared_ptr<Clock> clock)
+    : dispatcher_(dispatcher),
+      metrics_(metrics ? std::move(metrics) : MetricsExporter::noop()),
+      clock_(clock ? std::move(clock) : Clock::system()) {}
+
+void DispatcherWriterHook::after_commit(const std::vector<EventEnvelope>& events) {
+  std::optional<Timestamp> now;
+  for (const auto& e : events) {
+    if (e.available_at()) {
+      if (!now) {
+        now = clock_->now();
+      }
+      if (*e.available_at() > *now) {
+        continue;  // delayed: the poller delivers it when due
+      }
+    }
+    if (!dispatcher_.enqueue_hot(QueuedEvent{e, QueuedEvent::Source::Hot, 0})) {
+      metrics_->increment_hot_dropped();
+      log(LogLevel::Warning, "hot queue full or closed; event " + e.event_id() +
+                                 " left for the poller");
+    }
+  }
+}
+
+}  // namespace outbox

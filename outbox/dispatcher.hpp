@@ -1,0 +1,125 @@
+#pragma once
+// Hot and cold bounded queues drained by a worker pool that runs listeners and writes the outcome
+// (spec §9).
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "outbox/clock.hpp"
+#include "outbox/envelope.hpp"
+#include "outbox/writer.hpp"
+
+namespace outbox {
+
+namespace sql {
+class ConnectionProvider;
+}
+class OutboxStore;
+class ListenerRegistry;
+class InFlightTracker;
+class RetryPolicy;
+class MetricsExporter;
+class EventInterceptor;
+
+/// A queue element (spec §9.8).
+struct QueuedEvent {
+  enum class Source { Hot, Cold };
+  EventEnvelope envelope;
+  Source source = Source::Hot;
+  int attempts = 0;  ///< attempts already recorded in the row
+};
+
+/// Runs listeners for queued events and records DONE / RETRY / DEAD. Thread-safe.
+///
+/// An event is tracked from enqueue until its status is written, so the poller cannot queue it a
+/// second time meanwhile; a poll cycle bracketed by begin_scan()/end_scan() also skips events that
+/// completed after the cycle's query started (their row may have been read while still pending).
+class OutboxDispatcher {
+ public:
+  struct Options {
+    std::shared_ptr<sql::ConnectionProvider> connection_provider;  ///< required
+    std::shared_ptr<OutboxStore> store;                            ///< required
+    std::shared_ptr<ListenerRegistry> listeners;                   ///< required
+    std::shared_ptr<InFlightTracker> in_flight_tracker;  ///< default: DefaultInFlightTracker
+    std::shared_ptr<RetryPolicy> retry_policy;  ///< default: ExponentialBackoff(200 ms, 60 s)
+    int max_attempts = 10;                      ///< >= 1; DEAD when reached
+    int worker_count = 4;                       ///< >= 1
+    std::size_t hot_queue_capacity = 1000;      ///< >= 1
+    std::size_t cold_queue_capacity = 1000;     ///< >= 1
+    std::shared_ptr<MetricsExporter> metrics;   ///< default: MetricsExporter::noop()
+    std::vector<std::shared_ptr<EventInterceptor>> interceptors;  ///< before in order, after reversed
+    std::chrono::milliseconds drain_timeout{5000};  ///< how long close() lets workers drain
+    std::shared_ptr<Clock> clock;                   ///< default: Clock::system()
+  };
+
+  /// Validates (std::invalid_argument naming the field) and starts the workers.
+  explicit OutboxDispatcher(Options options);
+  /// Calls close().
+  ~OutboxDispatcher();
+  OutboxDispatcher(const OutboxDispatcher&) = delete;
+  OutboxDispatcher& operator=(const OutboxDispatcher&) = delete;
+
+  /// Queues an event from the after-commit path. True if queued or already tracked; false if the
+  /// hot queue is full or the dispatcher is closing (the row stays for the poller).
+  bool enqueue_hot(QueuedEvent event);
+  /// Queues an event from the poller. True if queued, already tracked, or completed during the
+  /// current scan; false if the cold queue is full or closing.
+  bool enqueue_cold(QueuedEvent event);
+  /// Free slots in the cold queue (0 when closing).
+  int cold_queue_remaining_capacity() const;
+  /// Marks the start of a poll cycle; returns a token for end_scan().
+  std::uint64_t begin_scan();
+  /// Ends the poll cycle started with `token`.
+  void end_scan(std::uint64_t token);
+  /// Stops accepting events, lets workers drain for up to drain_timeout, then stops them after
+  /// their current event. Events still queued stay in the table for the poller. Idempotent.
+  void close();
+
+ private:
+  void worker_loop();
+  void process(QueuedEvent& event);
+  void finish(const std::string& event_id);
+  bool enqueue(QueuedEvent event, bool hot);
+
+  Options options_;
+  mutable std::mutex queue_mutex_;  // guards the queues, flags, scan bookkeeping
+  std::condition_variable work_ready_;
+  std::condition_variable drained_;
+  std::deque<QueuedEvent> hot_;
+  std::deque<QueuedEvent> cold_;
+  unsigned fairness_tick_ = 0;
+  bool closing_ = false;
+  bool abandon_ = false;
+  std::uint64_t completion_seq_ = 0;
+  std::multiset<std::uint64_t> active_scans_;
+  std::deque<std::pair<std::uint64_t, std::string>> completed_log_;
+  std::unordered_set<std::string> completed_ids_;
+  std::mutex close_mutex_;  // serialises close()
+  std::vector<std::thread> workers_;
+};
+
+/// WriterHook that puts committed events on the dispatcher's hot queue, skipping delayed ones.
+/// A full queue is logged (warning) and counted; the poller delivers those rows. Thread-safe.
+class DispatcherWriterHook final : public WriterHook {
+ public:
+  /// `dispatcher` must outlive the hook's use.
+  DispatcherWriterHook(OutboxDispatcher& dispatcher, std::shared_ptr<MetricsExporter> metrics,
+                       std::shared_ptr<Clock> clock = Clock::system());
+  void after_commit(const std::vector<EventEnvelope>& events) override;
+
+ private:
+  OutboxDispatcher& dispatcher_;
+  std::shared_ptr<MetricsExporter> metrics_;
+  std::shared_ptr<Clock> clock_;
+};
+
+}  // namespace outbox

@@ -1,0 +1,114 @@
+#pragma once
+// The event as written and delivered (spec §5): immutable, cheap to copy, payload shared.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outbox/clock.hpp"
+#include "outbox/event_type.hpp"
+#include "outbox/json_codec.hpp"
+
+namespace outbox {
+
+/// An immutable event. Copies share the payload and headers; thread-safe to read and copy.
+class EventEnvelope {
+ public:
+  class Builder;
+
+  /// Largest payload accepted, in bytes of its UTF-8 (JSON) or raw (bytes) form.
+  static constexpr std::size_t kMaxPayloadBytes = 1024 * 1024;
+
+  /// Starts a builder for `type`.
+  static Builder builder(EventType type);
+  /// An event with a JSON payload and every other field defaulted. Throws like Builder::build.
+  static EventEnvelope of_json(EventType type, std::string payload_json);
+
+  const std::string& event_id() const noexcept { return data_->event_id; }
+  const std::string& event_type() const noexcept { return data_->event_type; }
+  Timestamp occurred_at() const noexcept { return data_->occurred_at; }
+  const std::string& aggregate_type() const noexcept { return data_->aggregate_type; }
+  /// Empty optional when the event has no aggregate id.
+  const std::optional<std::string>& aggregate_id() const noexcept { return data_->aggregate_id; }
+  const std::optional<std::string>& tenant_id() const noexcept { return data_->tenant_id; }
+  const Headers& headers() const noexcept { return *data_->headers; }
+  /// When the event may first be delivered; nullopt means at once.
+  const std::optional<Timestamp>& available_at() const noexcept { return data_->available_at; }
+  /// True for a JSON payload, false for a bytes payload.
+  bool has_json_payload() const noexcept { return data_->payload_is_json; }
+  /// The JSON payload text (empty view for a bytes payload).
+  std::string_view payload_json() const noexcept;
+  /// The raw payload: the JSON text's bytes or the bytes payload.
+  std::span<const std::uint8_t> payload_bytes() const noexcept;
+  /// Shared handle to the payload storage (JSON text or raw bytes), for zero-copy consumers.
+  const std::shared_ptr<const std::string>& payload_storage() const noexcept {
+    return data_->payload;
+  }
+
+ private:
+  struct Data {
+    std::string event_id;
+    std::string event_type;
+    Timestamp occurred_at;
+    std::string aggregate_type;
+    std::optional<std::string> aggregate_id;
+    std::optional<std::string> tenant_id;
+    std::shared_ptr<const Headers> headers;
+    std::shared_ptr<const std::string> payload;
+    bool payload_is_json = true;
+    std::optional<Timestamp> available_at;
+  };
+  explicit EventEnvelope(std::shared_ptr<const Data> data) : data_(std::move(data)) {}
+  std::shared_ptr<const Data> data_;
+};
+
+/// Fluent builder for EventEnvelope. Not thread-safe; use once.
+class EventEnvelope::Builder {
+ public:
+  explicit Builder(EventType type);
+  /// Overrides the generated ULID. Throws std::invalid_argument (at build) if empty.
+  Builder& event_id(std::string id);
+  Builder& occurred_at(Timestamp t);
+  Builder& aggregate_type(AggregateType type);
+  Builder& aggregate_id(std::string id);
+  Builder& tenant_id(std::string id);
+  /// Adds one header. Throws std::invalid_argument if the key is empty.
+  Builder& header(std::string key, std::string value);
+  /// Adds every header of `headers`. Throws std::invalid_argument on an empty key.
+  Builder& headers(const Headers& headers);
+  /// Sets a JSON payload (must be valid UTF-8; its text is not otherwise parsed).
+  Builder& payload_json(std::string json);
+  /// Sets a binary payload.
+  Builder& payload_bytes(std::vector<std::uint8_t> bytes);
+  /// Delays first delivery until `t` (the hot path is skipped; the poller delivers when due).
+  Builder& available_at(Timestamp t);
+  /// Delays first delivery by `delay` after occurred_at. Must be positive.
+  Builder& deliver_after(std::chrono::microseconds delay);
+  /// Validates and builds. Throws std::invalid_argument: empty type or id, no payload or both kinds,
+  /// payload over kMaxPayloadBytes, invalid UTF-8 in a JSON payload, both or bad delivery delays.
+  EventEnvelope build();
+
+ private:
+  EventType type_;
+  std::optional<std::string> event_id_;
+  std::optional<Timestamp> occurred_at_;
+  AggregateType aggregate_type_ = AggregateType::global();
+  std::optional<std::string> aggregate_id_;
+  std::optional<std::string> tenant_id_;
+  Headers headers_;
+  std::optional<std::string> json_;
+  std::optional<std::string> bytes_;
+  std::optional<Timestamp> available_at_;
+  std::optional<std::chrono::microseconds> deliver_after_;
+};
+
+/// Generates a monotonic ULID (26 Crockford base-32 characters). Thread-safe.
+std::string new_ulid();
+
+}  // namespace outbox

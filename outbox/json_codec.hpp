@@ -1,0 +1,27 @@
+#pragma once
+// Encoding of the headers column (spec §3.4): a flat JSON object of string values.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace outbox {
+
+/// Event headers: string keys (never empty) to string values, ordered for stable encoding.
+using Headers = std::map<std::string, std::string, std::less<>>;
+
+/// Encodes and decodes header maps. Implementations must be thread-safe.
+class JsonCodec {
+ public:
+  virtual ~JsonCodec() = default;
+  /// JSON object text, or nullopt for an empty map. Throws std::invalid_argument on an empty key.
+  virtual std::optional<std::string> to_json(const Headers& headers) const = 0;
+  /// Parses a flat object of string values; empty input or `null` give an empty map.
+  /// Throws std::invalid_argument (with the offset) on malformed or non-object input.
+  virtual Headers parse_object(std::string_view json) const = 0;
+  /// The built-in zero-dependency codec, shared.
+  static const JsonCodec& default_codec();
+};
+
+}  // namespace outbox

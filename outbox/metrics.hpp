@@ -1,0 +1,57 @@
+#pragma once
+// Observability seam (spec §15).
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+
+namespace outbox {
+
+/// Receives counters and gauges from the dispatcher and poller. Every method defaults to a no-op.
+/// Implementations must be thread-safe and must not throw.
+class MetricsExporter {
+ public:
+  virtual ~MetricsExporter() = default;
+  virtual void increment_hot_enqueued() {}
+  virtual void increment_hot_dropped() {}
+  virtual void increment_cold_enqueued() {}
+  virtual void increment_dispatch_success() {}
+  virtual void increment_dispatch_failure() {}
+  virtual void increment_dispatch_dead() {}
+  /// A DONE/RETRY/DEAD update that could not be written (the row stays for the poller).
+  virtual void increment_status_update_failure() {}
+  virtual void record_queue_depths(int /*hot*/, int /*cold*/) {}
+  virtual void record_oldest_lag_ms(std::int64_t /*lag_ms*/) {}
+
+  /// A shared exporter that does nothing.
+  static std::shared_ptr<MetricsExporter> noop();
+};
+
+/// Keeps every counter and gauge in memory, readable with snapshot(). Thread-safe.
+class InMemoryMetrics final : public MetricsExporter {
+ public:
+  struct Snapshot {
+    std::int64_t hot_enqueued, hot_dropped, cold_enqueued, dispatch_success, dispatch_failure,
+        dispatch_dead, status_update_failure, hot_depth, cold_depth, oldest_lag_ms;
+  };
+  void increment_hot_enqueued() override { hot_enqueued_++; }
+  void increment_hot_dropped() override { hot_dropped_++; }
+  void increment_cold_enqueued() override { cold_enqueued_++; }
+  void increment_dispatch_success() override { dispatch_success_++; }
+  void increment_dispatch_failure() override { dispatch_failure_++; }
+  void increment_dispatch_dead() override { dispatch_dead_++; }
+  void increment_status_update_failure() override { status_update_failure_++; }
+  void record_queue_depths(int hot, int cold) override {
+    hot_depth_ = hot;
+    cold_depth_ = cold;
+  }
+  void record_oldest_lag_ms(std::int64_t lag_ms) override { oldest_lag_ms_ = lag_ms; }
+  Snapshot snapshot() const;
+
+ private:
+  std::atomic<std::int64_t> hot_enqueued_{0}, hot_dropped_{0}, cold_enqueued_{0},
+      dispatch_success_{0}, dispatch_failure_{0}, dispatch_dead_{0}, status_update_failure_{0},
+      hot_depth_{0}, cold_depth_{0}, oldest_lag_ms_{0};
+};
+
+}  // namespace outbox

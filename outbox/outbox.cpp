@@ -1,0 +1,138 @@
+#include "outbox/outbox.hpp"
+
+#include <stdexcept>
+
+#include "outbox/dispatcher.hpp"
+#include "outbox/listener.hpp"
+#include "outbox/metrics.hpp"
+#include "outbox/purge.hpp"
+#include "outbox/store.hpp"
+#include "outbox/tx_context.hpp"
+
+namespace outbox {
+
+Outbox Outbox::single_node(Options options) { return build(std::move(options), Mode::SingleNode); }
+Outbox Outbox::multi_node(Options options) { return build(std::move(options), Mode::MultiNode); }
+Outbox Outbox::ordered(Options options) { return build(std::move(options), Mode::Ordered); }
+Outbox Outbox::writer_only(Options options) { return build(std::move(options), Mode::WriterOnly); }
+
+Outbox::Outbox(Outbox&&) noexcept = default;
+
+Outbox& Outbox::operator=(Outbox&& other) noexcept {
+  if (this != &other) {
+    close();
+    dispatcher_ = std::move(other.dispatcher_);
+    poller_ = std::move(other.poller_);
+    purge_ = std::move(other.purge_);
+    writer_ = std::move(other.writer_);
+  }
+  return *this;
+}
+
+Outbox::~Outbox() { close(); }
+
+void Outbox::close() {
+  if (purge_) {
+    purge_->close();
+  }
+  if (poller_) {
+    poller_->close();
+  }
+  if (dispatcher_) {
+    dispatcher_->close();
+  }
+}
+
+Outbox Outbox::build(Options o, Mode mode) {
+  if (!o.tx_context) {
+    throw std::invalid_argument("Outbox: tx_context is required");
+  }
+  if (!o.store) {
+    throw std::invalid_argument("Outbox: store is required");
+  }
+  if (mode != Mode::WriterOnly) {
+    if (!o.connection_provider) {
+      throw std::invalid_argument("Outbox: connection_provider is required");
+    }
+    if (!o.listeners) {
+      throw std::invalid_argument("Outbox: listeners is required");
+    }
+  } else if (o.purger && !o.connection_provider) {
+    throw std::invalid_argument("Outbox: connection_provider is required when purger is set");
+  }
+  if (mode == Mode::MultiNode && !o.claim_locking) {
+    throw std::invalid_argument("Outbox::multi_node: claim_locking is required");
+  }
+  if (mode == Mode::Ordered) {
+    if (o.claim_locking) {
+      throw std::invalid_argument("Outbox::ordered: claim_locking is not supported (single node)");
+    }
+    o.worker_count = 1;
+    o.max_attempts = 1;
+  }
+  if (mode != Mode::MultiNode) {
+    o.claim_locking.reset();
+  }
+  if (!o.metrics) {
+    o.metrics = MetricsExporter::noop();
+  }
+  if (!o.clock) {
+    o.clock = Clock::system();
+  }
+
+  Outbox outbox;
+  std::shared_ptr<WriterHook> hook;
+  if (mode != Mode::WriterOnly) {
+    outbox.dispatcher_ = std::make_unique<OutboxDispatcher>(OutboxDispatcher::Options{
+        .connection_provider = o.connection_provider,
+        .store = o.store,
+        .listeners = o.listeners,
+        .in_flight_tracker = o.in_flight_tracker,
+        .retry_policy = o.retry_policy,
+        .max_attempts = o.max_attempts,
+        .worker_count = o.worker_count,
+        .hot_queue_capacity = o.hot_queue_capacity,
+        .cold_queue_capacity = o.cold_queue_capacity,
+        .metrics = o.metrics,
+        .interceptors = o.interceptors,
+        .drain_timeout = o.drain_timeout,
+        .clock = o.clock,
+    });
+    // On failure from here on, `outbox` is destroyed, which closes the dispatcher (§20.3 step 4).
+    outbox.poller_ = std::make_unique<OutboxPoller>(OutboxPoller::Options{
+        .connection_provider = o.connection_provider,
+        .store = o.store,
+        .handler = std::make_shared<DispatcherPollerHandler>(*outbox.dispatcher_),
+        .skip_recent = o.skip_recent,
+        .batch_size = o.poll_batch_size,
+        .interval = o.poll_interval,
+        .metrics = o.metrics,
+        .claim_locking = o.claim_locking,
+        .json_codec = o.json_codec,
+        .clock = o.clock,
+    });
+    if (mode != Mode::Ordered) {
+      hook = std::make_shared<DispatcherWriterHook>(*outbox.dispatcher_, o.metrics, o.clock);
+    }
+  }
+  if (o.purger) {
+    outbox.purge_ = std::make_unique<OutboxPurgeScheduler>(OutboxPurgeScheduler::Options{
+        .connection_provider = o.connection_provider,
+        .purger = o.purger,
+        .retention = o.purge_retention,
+        .batch_size = o.purge_batch_size,
+        .interval = o.purge_interval,
+        .clock = o.clock,
+    });
+  }
+  outbox.writer_ = std::make_unique<OutboxWriter>(o.tx_context, o.store, std::move(hook));
+  if (outbox.poller_) {
+    outbox.poller_->start();
+  }
+  if (outbox.purge_) {
+    outbox.purge_->start();
+  }
+  return outbox;
+}
+
+}  // namespace outbox

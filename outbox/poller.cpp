@@ -1,0 +1,156 @@
+#include "outbox/poller.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "outbox/dispatcher.hpp"
+#include "outbox/json_codec.hpp"
+#include "outbox/log.hpp"
+#include "outbox/metrics.hpp"
+#include "outbox/sql/connection.hpp"
+#include "outbox/store.hpp"
+
+namespace outbox {
+
+bool DispatcherPollerHandler::handle(const EventEnvelope& event, int attempts) {
+  return dispatcher_.enqueue_cold(QueuedEvent{event, QueuedEvent::Source::Cold, attempts});
+}
+
+int DispatcherPollerHandler::available_capacity() const {
+  return dispatcher_.cold_queue_remaining_capacity();
+}
+
+void DispatcherPollerHandler::begin_cycle() { scan_token_ = dispatcher_.begin_scan(); }
+
+void DispatcherPollerHandler::end_cycle() { dispatcher_.end_scan(scan_token_); }
+
+OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {
+  if (!options_.connection_provider) {
+    throw std::invalid_argument("OutboxPoller: connection_provider is required");
+  }
+  if (!options_.store) {
+    throw std::invalid_argument("OutboxPoller: store is required");
+  }
+  if (!options_.handler) {
+    throw std::invalid_argument("OutboxPoller: handler is required");
+  }
+  if (options_.skip_recent.count() < 0) {
+    throw std::invalid_argument("OutboxPoller: skip_recent must not be negative");
+  }
+  if (options_.batch_size < 1) {
+    throw std::invalid_argument("OutboxPoller: batch_size must be >= 1");
+  }
+  if (options_.interval.count() <= 0) {
+    throw std::invalid_argument("OutboxPoller: interval must be positive");
+  }
+  if (options_.claim_locking) {
+    if (options_.claim_locking->lock_timeout.count() <= 0) {
+      throw std::invalid_argument("OutboxPoller: claim_locking.lock_timeout must be positive");
+    }
+    owner_ = options_.claim_locking->owner.empty() ? "poller-" + new_ulid()
+                                                   : options_.claim_locking->owner;
+  }
+  if (!options_.metrics) {
+    options_.metrics = MetricsExporter::noop();
+  }
+  if (!options_.json_codec) {
+    options_.json_codec = &JsonCodec::default_codec();
+  }
+  if (!options_.clock) {
+    options_.clock = Clock::system();
+  }
+}
+
+OutboxPoller::~OutboxPoller() { close(); }
+
+void OutboxPoller::start() {
+  std::lock_guard lock(state_mutex_);
+  if (closed_) {
+    throw std::logic_error("OutboxPoller: start() after close()");
+  }
+  if (started_) {
+    return;
+  }
+  started_ = true;
+  thread_ = std::thread([this] { run(); });
+}
+
+void OutboxPoller::close() {
+  {
+    std::lock_guard lock(state_mutex_);
+    if (closed_) {
+      return;
+    }
+    closed_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void OutboxPoller::run() {
+  std::unique_lock lock(state_mutex_);
+  while (!closed_) {
+    lock.unlock();
+    poll();
+    lock.lock();
+    // Waiting for the interval is the poller's behaviour; close() wakes it at once.
+    wake_.wait_for(lock, options_.interval, [&] { return closed_; });
+  }
+}
+
+int OutboxPoller::poll() {
+  std::lock_guard cycle(cycle_mutex_);
+  auto& handler = *options_.handler;
+  const int capacity = handler.available_capacity();
+  if (capacity <= 0) {
+    return 0;
+  }
+  const int limit = std::min(capacity, options_.batch_size);
+  int handed = 0;
+  handler.begin_cycle();
+  try {
+    auto conn = options_.connection_provider->acquire();
+    const auto now = options_.clock->now();
+    std::vector<OutboxEvent> rows;
+    if (options_.claim_locking) {
+      rows = options_.store->claim_pending(*conn, owner_, now,
+                                           now - options_.claim_locking->lock_timeout,
+                                           options_.skip_recent, limit);
+    } else {
+      rows = options_.store->poll_pending(*conn, now, options_.skip_recent, limit);
+    }
+    std::int64_t lag_ms = 0;
+    if (!rows.empty()) {
+      auto oldest = std::min_element(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+        return a.created_at < b.created_at;
+      });
+      lag_ms = std::max<std::int64_t>(
+          0, std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest->created_at).count());
+    }
+    options_.metrics->record_oldest_lag_ms(lag_ms);
+    for (const auto& row : rows) {
+      std::optional<EventEnvelope> envelope;
+      try {
+        envelope.emplace(to_envelope(row, *options_.json_codec));
+      } catch (const std::exception& e) {
+        const std::string error = std::string("decode failure: ") + e.what();
+        log(LogLevel::Error, "OutboxPoller: event " + row.event_id + " cannot be decoded, marking DEAD: " + e.what());
+        options_.store->mark_dead(*conn, row.event_id, error, false);
+        options_.metrics->increment_dispatch_dead();
+        continue;
+      }
+      if (!handler.handle(*envelope, row.attempts)) {
+        break;  // queue full: the remaining rows stay pending (claimed rows until lock expiry)
+      }
+      ++handed;
+    }
+  } catch (const std::exception& e) {
+    log(LogLevel::Error, std::string("OutboxPoller: poll cycle failed: ") + e.what());
+  }
+  handler.end_cycle();
+  return handed;
+}
+
+}  // namespace outbox

@@ -1,0 +1,108 @@
+#pragma once
+// Low-frequency fallback scan of the outbox table (spec §10).
+
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "outbox/clock.hpp"
+#include "outbox/envelope.hpp"
+
+namespace outbox {
+
+namespace sql {
+class ConnectionProvider;
+}
+class OutboxStore;
+class MetricsExporter;
+class JsonCodec;
+class OutboxDispatcher;
+
+/// Receives the events a poll cycle found (spec §10.5). Implementations must be thread-safe.
+class OutboxPollerHandler {
+ public:
+  virtual ~OutboxPollerHandler() = default;
+  /// Takes one event; false stops the current cycle (backpressure).
+  virtual bool handle(const EventEnvelope& event, int attempts) = 0;
+  /// How many events the handler can take now; the cycle is skipped at 0.
+  virtual int available_capacity() const { return INT_MAX; }
+  /// Called before the cycle's query and after its last handle().
+  virtual void begin_cycle() {}
+  virtual void end_cycle() {}
+};
+
+/// Feeds polled events to a dispatcher's cold queue, bracketing each cycle with its scan tracking.
+class DispatcherPollerHandler final : public OutboxPollerHandler {
+ public:
+  /// `dispatcher` must outlive the handler.
+  explicit DispatcherPollerHandler(OutboxDispatcher& dispatcher) : dispatcher_(dispatcher) {}
+  bool handle(const EventEnvelope& event, int attempts) override;
+  int available_capacity() const override;
+  void begin_cycle() override;
+  void end_cycle() override;
+
+ private:
+  OutboxDispatcher& dispatcher_;
+  std::uint64_t scan_token_ = 0;
+};
+
+/// Multi-node claim locking: rows are claimed by `owner` until delivered or `lock_timeout` passes.
+struct ClaimLocking {
+  std::string owner;                  ///< unique per process; empty = generated
+  std::chrono::milliseconds lock_timeout{std::chrono::minutes(5)};  ///< > 0
+};
+
+/// Polls pending rows on a schedule and hands them to a handler. Thread-safe.
+class OutboxPoller {
+ public:
+  struct Options {
+    std::shared_ptr<sql::ConnectionProvider> connection_provider;  ///< required
+    std::shared_ptr<OutboxStore> store;                            ///< required
+    std::shared_ptr<OutboxPollerHandler> handler;                  ///< required
+    std::chrono::microseconds skip_recent{0};    ///< ignore rows younger than this; >= 0
+    int batch_size = 50;                         ///< >= 1
+    std::chrono::milliseconds interval{5000};    ///< between cycles; > 0
+    std::shared_ptr<MetricsExporter> metrics;    ///< default: MetricsExporter::noop()
+    std::optional<ClaimLocking> claim_locking;   ///< set for multi-node
+    const JsonCodec* json_codec = nullptr;       ///< default: JsonCodec::default_codec()
+    std::shared_ptr<Clock> clock;                ///< default: Clock::system()
+  };
+
+  /// Validates (std::invalid_argument naming the field). Does not start polling.
+  explicit OutboxPoller(Options options);
+  /// Calls close().
+  ~OutboxPoller();
+  OutboxPoller(const OutboxPoller&) = delete;
+  OutboxPoller& operator=(const OutboxPoller&) = delete;
+
+  /// Starts the background thread (a first cycle runs at once). Idempotent while running; throws
+  /// std::logic_error after close().
+  void start();
+  /// Runs one cycle on the calling thread; returns the number of events handed over. Database
+  /// errors are logged and counted as 0 (never thrown).
+  int poll();
+  /// Stops the background thread after its current cycle. Idempotent.
+  void close();
+  /// The claim owner in use (empty without claim locking).
+  const std::string& owner() const noexcept { return owner_; }
+
+ private:
+  void run();
+
+  Options options_;
+  std::string owner_;
+  std::mutex cycle_mutex_;  // serialises poll() cycles
+  std::mutex state_mutex_;  // guards started_, closed_
+  std::condition_variable wake_;
+  bool started_ = false;
+  bool closed_ = false;
+  std::thread thread_;
+};
+
+}  // namespace outbox

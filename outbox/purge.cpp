@@ -1,0 +1,94 @@
+#include "outbox/purge.hpp"
+
+#include <stdexcept>
+
+#include "outbox/log.hpp"
+#include "outbox/sql/connection.hpp"
+
+namespace outbox {
+
+OutboxPurgeScheduler::OutboxPurgeScheduler(Options options) : options_(std::move(options)) {
+  if (!options_.connection_provider) {
+    throw std::invalid_argument("OutboxPurgeScheduler: connection_provider is required");
+  }
+  if (!options_.purger) {
+    throw std::invalid_argument("OutboxPurgeScheduler: purger is required");
+  }
+  if (options_.retention.count() < 0) {
+    throw std::invalid_argument("OutboxPurgeScheduler: retention must not be negative");
+  }
+  if (options_.batch_size < 1) {
+    throw std::invalid_argument("OutboxPurgeScheduler: batch_size must be >= 1");
+  }
+  if (options_.interval.count() <= 0) {
+    throw std::invalid_argument("OutboxPurgeScheduler: interval must be positive");
+  }
+  if (!options_.clock) {
+    options_.clock = Clock::system();
+  }
+}
+
+OutboxPurgeScheduler::~OutboxPurgeScheduler() { close(); }
+
+void OutboxPurgeScheduler::start() {
+  std::lock_guard lock(state_mutex_);
+  if (closed_) {
+    throw std::logic_error("OutboxPurgeScheduler: start() after close()");
+  }
+  if (started_) {
+    return;
+  }
+  started_ = true;
+  thread_ = std::thread([this] { run(); });
+}
+
+void OutboxPurgeScheduler::close() {
+  {
+    std::lock_guard lock(state_mutex_);
+    if (closed_) {
+      return;
+    }
+    closed_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void OutboxPurgeScheduler::run() {
+  std::unique_lock lock(state_mutex_);
+  while (!closed_) {
+    lock.unlock();
+    run_once();
+    lock.lock();
+    wake_.wait_for(lock, options_.interval, [&] { return closed_; });
+  }
+}
+
+int OutboxPurgeScheduler::run_once() {
+  const auto cutoff = options_.clock->now() - options_.retention;
+  int total = 0;
+  try {
+    for (;;) {
+      auto conn = options_.connection_provider->acquire();
+      const int deleted = options_.purger->purge(*conn, cutoff, options_.batch_size);
+      total += deleted;
+      if (deleted < options_.batch_size) {
+        break;
+      }
+      std::lock_guard lock(state_mutex_);
+      if (closed_ && started_) {
+        break;
+      }
+    }
+  } catch (const std::exception& e) {
+    log(LogLevel::Error, std::string("OutboxPurgeScheduler: purge failed: ") + e.what());
+  }
+  if (total > 0) {
+    log(LogLevel::Info, "OutboxPurgeScheduler: purged " + std::to_string(total) + " events");
+  }
+  return total;
+}
+
+}  // namespace outbox

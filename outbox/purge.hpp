@@ -1,0 +1,65 @@
+#pragma once
+// Deletion of old rows (spec §17).
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "outbox/clock.hpp"
+
+namespace outbox {
+
+namespace sql {
+class Connection;
+class ConnectionProvider;
+}  // namespace sql
+
+/// Deletes up to `limit` rows older than `before`; which rows depends on the purger (terminal rows
+/// for status-based purgers, every row for age-based ones). Returns rows deleted; throws
+/// outbox::StoreError. Implementations are thread-safe.
+class EventPurger {
+ public:
+  virtual ~EventPurger() = default;
+  virtual int purge(sql::Connection& conn, Timestamp before, int limit) = 0;
+};
+
+/// Runs a purger on a schedule, in batches, each batch on its own autocommitted connection.
+/// Thread-safe.
+class OutboxPurgeScheduler {
+ public:
+  struct Options {
+    std::shared_ptr<sql::ConnectionProvider> connection_provider;  ///< required
+    std::shared_ptr<EventPurger> purger;                           ///< required
+    std::chrono::seconds retention{std::chrono::hours(24 * 7)};    ///< >= 0
+    int batch_size = 500;                                          ///< >= 1
+    std::chrono::milliseconds interval{std::chrono::hours(1)};     ///< > 0
+    std::shared_ptr<Clock> clock;                                  ///< default: Clock::system()
+  };
+
+  /// Validates (std::invalid_argument naming the field). Does not start.
+  explicit OutboxPurgeScheduler(Options options);
+  ~OutboxPurgeScheduler();
+  OutboxPurgeScheduler(const OutboxPurgeScheduler&) = delete;
+  OutboxPurgeScheduler& operator=(const OutboxPurgeScheduler&) = delete;
+
+  /// Starts the schedule (a first run happens at once). Throws std::logic_error after close().
+  void start();
+  /// Purges everything older than now - retention, batch by batch, until a batch is short.
+  /// Returns rows deleted; errors are logged and end the run (never thrown).
+  int run_once();
+  /// Stops the schedule. Idempotent.
+  void close();
+
+ private:
+  void run();
+  Options options_;
+  std::mutex state_mutex_;  // guards started_, closed_
+  std::condition_variable wake_;
+  bool started_ = false;
+  bool closed_ = false;
+  std::thread thread_;
+};
+
+}  // namespace outbox

@@ -1,0 +1,80 @@
+#pragma once
+// The small SQL interface the stores speak. Drivers (SQLite, PostgreSQL, MySQL) implement it.
+
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "outbox/sql/value.hpp"
+
+namespace outbox::sql {
+
+/// One database connection. Not thread-safe: one thread at a time. Errors throw outbox::StoreError.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+
+  /// Runs a statement with positional `?` parameters; returns the number of rows changed.
+  virtual std::int64_t execute(std::string_view sql, std::span<const Value> params) = 0;
+  /// Runs a query with positional `?` parameters and returns every row.
+  virtual std::vector<Row> query(std::string_view sql, std::span<const Value> params) = 0;
+  /// Starts a transaction that takes the write lock at once where the engine distinguishes it.
+  virtual void begin() = 0;
+  virtual void commit() = 0;
+  virtual void rollback() = 0;
+  /// True between begin() and commit()/rollback().
+  virtual bool in_transaction() const = 0;
+  /// The SQL dialect: "sqlite", "postgres" or "mysql".
+  virtual std::string_view dialect() const = 0;
+
+  std::int64_t execute(std::string_view sql, std::initializer_list<Value> params = {}) {
+    return execute(sql, std::span<const Value>(params.begin(), params.size()));
+  }
+  std::vector<Row> query(std::string_view sql, std::initializer_list<Value> params = {}) {
+    return query(sql, std::span<const Value>(params.begin(), params.size()));
+  }
+};
+
+class ConnectionPool;
+
+/// A connection borrowed from a provider; returned (rolled back if a transaction is open) on
+/// destruction. Move-only.
+class PooledConnection {
+ public:
+  using Releaser = void (*)(void* owner, std::unique_ptr<Connection> conn, bool broken);
+
+  PooledConnection(std::unique_ptr<Connection> conn, void* owner, Releaser releaser)
+      : conn_(std::move(conn)), owner_(owner), releaser_(releaser) {}
+  PooledConnection(PooledConnection&& other) noexcept;
+  PooledConnection& operator=(PooledConnection&& other) noexcept;
+  PooledConnection(const PooledConnection&) = delete;
+  PooledConnection& operator=(const PooledConnection&) = delete;
+  ~PooledConnection();
+
+  Connection& operator*() const noexcept { return *conn_; }
+  Connection* operator->() const noexcept { return conn_.get(); }
+  Connection& get() const noexcept { return *conn_; }
+  /// Marks the connection unusable (after a lost link): it is closed instead of reused.
+  void mark_broken() noexcept { broken_ = true; }
+
+ private:
+  void release() noexcept;
+  std::unique_ptr<Connection> conn_;
+  void* owner_ = nullptr;
+  Releaser releaser_ = nullptr;
+  bool broken_ = false;
+};
+
+/// Hands out short-lived connections outside business transactions (spec §3.2). Thread-safe.
+class ConnectionProvider {
+ public:
+  virtual ~ConnectionProvider() = default;
+  /// Borrows a connection. Throws outbox::StoreError when none can be had in time.
+  virtual PooledConnection acquire() = 0;
+};
+
+}  // namespace outbox::sql

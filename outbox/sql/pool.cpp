@@ -1,0 +1,109 @@
+#include "outbox/sql/pool.hpp"
+
+#include <stdexcept>
+
+#include "outbox/errors.hpp"
+#include "outbox/log.hpp"
+
+namespace outbox::sql {
+
+PooledConnection::PooledConnection(PooledConnection&& other) noexcept
+    : conn_(std::move(other.conn_)),
+      owner_(other.owner_),
+      releaser_(other.releaser_),
+      broken_(other.broken_) {
+  other.owner_ = nullptr;
+  other.releaser_ = nullptr;
+}
+
+PooledConnection& PooledConnection::operator=(PooledConnection&& other) noexcept {
+  if (this != &other) {
+    release();
+    conn_ = std::move(other.conn_);
+    owner_ = other.owner_;
+    releaser_ = other.releaser_;
+    broken_ = other.broken_;
+    other.owner_ = nullptr;
+    other.releaser_ = nullptr;
+  }
+  return *this;
+}
+
+PooledConnection::~PooledConnection() { release(); }
+
+void PooledConnection::release() noexcept {
+  if (!conn_) {
+    return;
+  }
+  if (conn_->in_transaction()) {
+    try {
+      conn_->rollback();
+    } catch (const std::exception& e) {
+      log(LogLevel::Warning, std::string("rollback on connection return failed: ") + e.what());
+      broken_ = true;
+    }
+  }
+  if (releaser_) {
+    releaser_(owner_, std::move(conn_), broken_);
+  }
+  conn_.reset();
+}
+
+ConnectionPool::ConnectionPool(Options options) : options_(std::move(options)) {
+  if (!options_.factory) {
+    throw std::invalid_argument("ConnectionPool: factory is required");
+  }
+  if (options_.max_size == 0) {
+    throw std::invalid_argument("ConnectionPool: max_size must be positive");
+  }
+}
+
+ConnectionPool::~ConnectionPool() = default;
+
+PooledConnection ConnectionPool::acquire() {
+  std::unique_lock lock(pool_mutex_);
+  const bool ready = returned_.wait_for(lock, options_.acquire_timeout, [&] {
+    return !idle_.empty() || created_ < options_.max_size;
+  });
+  if (!ready) {
+    throw StoreError("ConnectionPool: no connection free after " +
+                     std::to_string(options_.acquire_timeout.count()) + " ms (max_size " +
+                     std::to_string(options_.max_size) + ")");
+  }
+  if (!idle_.empty()) {
+    auto conn = std::move(idle_.back());
+    idle_.pop_back();
+    return PooledConnection(std::move(conn), this, &ConnectionPool::give_back);
+  }
+  ++created_;
+  lock.unlock();
+  try {
+    return PooledConnection(options_.factory(), this, &ConnectionPool::give_back);
+  } catch (...) {
+    lock.lock();
+    --created_;
+    returned_.notify_one();
+    throw;
+  }
+}
+
+std::size_t ConnectionPool::in_use() const {
+  std::lock_guard lock(pool_mutex_);
+  return created_ - idle_.size();
+}
+
+void ConnectionPool::give_back(void* owner, std::unique_ptr<Connection> conn, bool broken) {
+  auto* pool = static_cast<ConnectionPool*>(owner);
+  {
+    std::lock_guard lock(pool->pool_mutex_);
+    if (broken) {
+      --pool->created_;
+    } else {
+      pool->idle_.push_back(std::move(conn));
+    }
+  }
+  pool->returned_.notify_one();
+  // A broken connection is destroyed here, outside the lock.
+}
+
+}  // namespace outbox::sql

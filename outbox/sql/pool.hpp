@@ -1,0 +1,47 @@
+#pragma once
+// A bounded pool of connections made by a factory.
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "outbox/sql/connection.hpp"
+
+namespace outbox::sql {
+
+/// Creates connections lazily up to `max_size` and reuses them. Thread-safe.
+class ConnectionPool final : public ConnectionProvider {
+ public:
+  using Factory = std::function<std::unique_ptr<Connection>()>;
+
+  struct Options {
+    Factory factory;                                           ///< required; may throw StoreError
+    std::size_t max_size = 8;                                  ///< > 0
+    std::chrono::milliseconds acquire_timeout{5000};           ///< wait for a free connection
+  };
+
+  /// Throws std::invalid_argument on a missing factory or zero size.
+  explicit ConnectionPool(Options options);
+  ~ConnectionPool() override;
+  ConnectionPool(const ConnectionPool&) = delete;
+  ConnectionPool& operator=(const ConnectionPool&) = delete;
+
+  /// Borrows an idle connection or makes one; waits up to acquire_timeout, then throws StoreError.
+  PooledConnection acquire() override;
+  /// Connections currently lent out.
+  std::size_t in_use() const;
+
+ private:
+  static void give_back(void* owner, std::unique_ptr<Connection> conn, bool broken);
+
+  Options options_;
+  mutable std::mutex pool_mutex_;  // guards idle_, created_
+  std::condition_variable returned_;
+  std::vector<std::unique_ptr<Connection>> idle_;
+  std::size_t created_ = 0;
+};
+
+}  // namespace outbox::sql

@@ -1,0 +1,236 @@
+#include "outbox/sqlite/driver.hpp"
+
+#include <sqlite3.h>
+
+#include <unordered_map>
+
+#include "outbox/errors.hpp"
+
+namespace outbox::sqlite {
+namespace {
+
+// Statements are cached per SQL text; past this many the cache is emptied (multi-row inserts of
+// varying sizes would otherwise grow it without bound).
+constexpr std::size_t kMaxCachedStatements = 128;
+
+class SqliteConnection final : public sql::Connection {
+ public:
+  SqliteConnection(sqlite3* db, bool owned) : db_(db), owned_(owned) {}
+  ~SqliteConnection() override {
+    clear_cache();
+    if (owned_) {
+      sqlite3_close_v2(db_);
+    }
+  }
+  SqliteConnection(const SqliteConnection&) = delete;
+  SqliteConnection& operator=(const SqliteConnection&) = delete;
+
+  using sql::Connection::execute;
+  using sql::Connection::query;
+
+  std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
+    Statement st(*this, sql, params);
+    for (;;) {
+      int rc = sqlite3_step(st.stmt);
+      if (rc == SQLITE_DONE) {
+        break;
+      }
+      if (rc != SQLITE_ROW) {
+        fail(rc, sql);
+      }
+    }
+    return sqlite3_changes64(db_);
+  }
+
+  std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
+    Statement st(*this, sql, params);
+    std::vector<sql::Row> rows;
+    for (;;) {
+      int rc = sqlite3_step(st.stmt);
+      if (rc == SQLITE_DONE) {
+        break;
+      }
+      if (rc != SQLITE_ROW) {
+        fail(rc, sql);
+      }
+      const int n = sqlite3_column_count(st.stmt);
+      std::vector<sql::Value> values;
+      values.reserve(static_cast<std::size_t>(n));
+      for (int i = 0; i < n; ++i) {
+        values.push_back(column(st.stmt, i));
+      }
+      rows.emplace_back(std::move(values));
+    }
+    return rows;
+  }
+
+  void begin() override { simple("BEGIN IMMEDIATE"); }
+  void commit() override { simple("COMMIT"); }
+  void rollback() override { simple("ROLLBACK"); }
+  bool in_transaction() const override { return sqlite3_get_autocommit(db_) == 0; }
+  std::string_view dialect() const override { return "sqlite"; }
+
+ private:
+  // A cached statement bound for one call; reset (and unbound) when it goes out of scope.
+  struct Statement {
+    Statement(SqliteConnection& c, std::string_view sql, std::span<const sql::Value> params)
+        : stmt(c.prepare(sql)) {
+      const int expected = sqlite3_bind_parameter_count(stmt);
+      if (expected != static_cast<int>(params.size())) {
+        sqlite3_reset(stmt);
+        throw StoreError("sqlite: statement expects " + std::to_string(expected) +
+                         " parameters, got " + std::to_string(params.size()) + ": " +
+                         std::string(sql));
+      }
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        c.bind(stmt, static_cast<int>(i + 1), params[i], sql);
+      }
+    }
+    ~Statement() {
+      sqlite3_reset(stmt);
+      sqlite3_clear_bindings(stmt);
+    }
+    Statement(const Statement&) = delete;
+    Statement& operator=(const Statement&) = delete;
+    sqlite3_stmt* stmt;
+  };
+
+  [[noreturn]] void fail(int rc, std::string_view sql) const {
+    throw StoreError("sqlite error " + std::to_string(rc) + " (" + sqlite3_errstr(rc) +
+                     "): " + sqlite3_errmsg(db_) + " [" + std::string(sql.substr(0, 200)) + "]");
+  }
+
+  void simple(const char* sql) {
+    char* err = nullptr;
+    int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+    if (rc != SQLITE_OK) {
+      std::string msg = err ? err : sqlite3_errstr(rc);
+      sqlite3_free(err);
+      throw StoreError(std::string("sqlite: ") + sql + " failed: " + msg);
+    }
+  }
+
+  sqlite3_stmt* prepare(std::string_view sql) {
+    auto it = cache_.find(std::string(sql));
+    if (it != cache_.end()) {
+      return it->second;
+    }
+    if (cache_.size() >= kMaxCachedStatements) {
+      clear_cache();
+    }
+    sqlite3_stmt* stmt = nullptr;
+    int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()),
+                                SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
+    if (rc != SQLITE_OK) {
+      fail(rc, sql);
+    }
+    cache_.emplace(std::string(sql), stmt);
+    return stmt;
+  }
+
+  void clear_cache() {
+    for (auto& [sql, stmt] : cache_) {
+      sqlite3_finalize(stmt);
+    }
+    cache_.clear();
+  }
+
+  void bind(sqlite3_stmt* stmt, int index, const sql::Value& v, std::string_view sql) {
+    static const char kEmpty[] = "";
+    auto bind_text = [&](std::string_view s) {
+      return sqlite3_bind_text64(stmt, index, s.empty() ? kEmpty : s.data(), s.size(),
+                                 SQLITE_STATIC, SQLITE_UTF8);
+    };
+    auto bind_blob = [&](const std::uint8_t* p, std::size_t n) {
+      return n == 0 ? sqlite3_bind_zeroblob(stmt, index, 0)
+                    : sqlite3_bind_blob64(stmt, index, p, n, SQLITE_STATIC);
+    };
+    int rc = std::visit(
+        [&](const auto& x) -> int {
+          using T = std::decay_t<decltype(x)>;
+          if constexpr (std::is_same_v<T, std::monostate>) {
+            return sqlite3_bind_null(stmt, index);
+          } else if constexpr (std::is_same_v<T, std::int64_t>) {
+            return sqlite3_bind_int64(stmt, index, x);
+          } else if constexpr (std::is_same_v<T, double>) {
+            return sqlite3_bind_double(stmt, index, x);
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            return bind_text(x);
+          } else if constexpr (std::is_same_v<T, sql::TextRef>) {
+            return bind_text(x.text);
+          } else if constexpr (std::is_same_v<T, sql::Blob>) {
+            return bind_blob(x.bytes.data(), x.bytes.size());
+          } else {
+            return bind_blob(x.bytes.data(), x.bytes.size());
+          }
+        },
+        v);
+    if (rc != SQLITE_OK) {
+      fail(rc, sql);
+    }
+  }
+
+  static sql::Value column(sqlite3_stmt* stmt, int i) {
+    switch (sqlite3_column_type(stmt, i)) {
+      case SQLITE_INTEGER:
+        return sqlite3_column_int64(stmt, i);
+      case SQLITE_FLOAT:
+        return sqlite3_column_double(stmt, i);
+      case SQLITE_TEXT: {
+        const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt, i));
+        return std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(stmt, i)));
+      }
+      case SQLITE_BLOB: {
+        const auto* p = static_cast<const std::uint8_t*>(sqlite3_column_blob(stmt, i));
+        const auto n = static_cast<std::size_t>(sqlite3_column_bytes(stmt, i));
+        return sql::Blob{std::vector<std::uint8_t>(p, p + n)};
+      }
+      default:
+        return std::monostate{};
+    }
+  }
+
+  sqlite3* db_;
+  bool owned_;
+  std::unordered_map<std::string, sqlite3_stmt*> cache_;
+};
+
+}  // namespace
+
+std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions& options) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close_v2(db);
+    throw StoreError("sqlite: cannot open '" + path + "': " + msg);
+  }
+  auto conn = std::make_unique<SqliteConnection>(db, true);
+  sqlite3_busy_timeout(db, static_cast<int>(options.busy_timeout.count()));
+  if (options.wal) {
+    conn->query("PRAGMA journal_mode=WAL");
+  }
+  if (options.synchronous_normal) {
+    conn->execute("PRAGMA synchronous=NORMAL");
+  }
+  return conn;
+}
+
+std::unique_ptr<sql::Connection> wrap(sqlite3* db) {
+  if (db == nullptr) {
+    throw std::invalid_argument("sqlite::wrap: null handle");
+  }
+  return std::make_unique<SqliteConnection>(db, false);
+}
+
+std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& path, std::size_t max_size,
+                                               const OpenOptions& options) {
+  return std::make_shared<sql::ConnectionPool>(sql::ConnectionPool::Options{
+      .factory = [path, options] { return open(path, options); },
+      .max_size = max_size,
+  });
+}
+
+}  // namespace outbox::sqlite

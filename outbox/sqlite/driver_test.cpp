@@ -1,0 +1,108 @@
+#include "outbox/sqlite/driver.hpp"
+
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include "outbox/errors.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace {
+
+using outbox::sql::Blob;
+using outbox::sql::TextRef;
+using outbox::sql::Value;
+
+TEST(SqliteDriver, ExecuteAndQueryWithBoundParameters) {
+  outbox::testing::TempDir dir;
+  auto conn = outbox::sqlite::open(dir.file("t.db"));
+  EXPECT_EQ(conn->dialect(), "sqlite");
+  conn->execute("CREATE TABLE t (a INTEGER, b TEXT, c BLOB, d REAL)");
+  const std::string text = "it's \"quoted\"; DROP TABLE t; --";
+  std::vector<std::uint8_t> bytes{0, 1, 2, 255};
+  EXPECT_EQ(conn->execute("INSERT INTO t VALUES (?, ?, ?, ?)",
+                          {std::int64_t{42}, TextRef{text}, outbox::sql::BlobRef{bytes}, 1.5}),
+            1);
+  conn->execute("INSERT INTO t VALUES (?, ?, ?, ?)",
+                {Value{}, std::string(""), Blob{}, Value{}});
+  auto rows = conn->query("SELECT a, b, c, d FROM t ORDER BY a IS NULL, a");
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].get_int(0), 42);
+  EXPECT_EQ(rows[0].get_text(1), text);
+  EXPECT_TRUE(rows[0].is_blob(2));
+  EXPECT_EQ(rows[0].get_text(2), std::string("\0\1\2\xff", 4));
+  EXPECT_TRUE(rows[1].is_null(0));
+  EXPECT_EQ(rows[1].get_text(1), "");
+  EXPECT_FALSE(rows[1].is_null(2));
+  EXPECT_TRUE(rows[1].is_null(3));
+  EXPECT_THROW(rows[0].get_int(1), outbox::StoreError);
+  EXPECT_THROW(rows[0].at(9), outbox::StoreError);
+}
+
+TEST(SqliteDriver, UsesWalAndReportsErrors) {
+  outbox::testing::TempDir dir;
+  auto conn = outbox::sqlite::open(dir.file("t.db"));
+  EXPECT_EQ(conn->query("PRAGMA journal_mode").at(0).get_text(0), "wal");
+  EXPECT_THROW(conn->execute("SELEKT 1"), outbox::StoreError);
+  EXPECT_THROW(conn->execute("SELECT ?", {}), outbox::StoreError);
+  EXPECT_THROW(outbox::sqlite::open(dir.file("missing/dir/x.db")), outbox::StoreError);
+}
+
+TEST(SqliteDriver, TransactionsCommitAndRollBack) {
+  outbox::testing::TempDir dir;
+  auto conn = outbox::sqlite::open(dir.file("t.db"));
+  conn->execute("CREATE TABLE t (a INTEGER)");
+  conn->begin();
+  EXPECT_TRUE(conn->in_transaction());
+  conn->execute("INSERT INTO t VALUES (1)");
+  conn->rollback();
+  EXPECT_FALSE(conn->in_transaction());
+  conn->begin();
+  conn->execute("INSERT INTO t VALUES (2)");
+  conn->commit();
+  auto rows = conn->query("SELECT a FROM t");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].get_int(0), 2);
+}
+
+TEST(SqliteDriver, WrapsCallerOwnedHandleWithoutClosingIt) {
+  outbox::testing::TempDir dir;
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dir.file("w.db").c_str(), &db), SQLITE_OK);
+  {
+    auto conn = outbox::sqlite::wrap(db);
+    conn->execute("CREATE TABLE t (a INTEGER)");
+    conn->execute("INSERT INTO t VALUES (7)");
+  }
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT a FROM t", -1, &st, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 7);
+  sqlite3_finalize(st);
+  EXPECT_EQ(sqlite3_close(db), SQLITE_OK);
+  EXPECT_THROW(outbox::sqlite::wrap(nullptr), std::invalid_argument);
+}
+
+TEST(ConnectionPool, ReusesAndBoundsConnections) {
+  outbox::testing::TempDir dir;
+  auto pool = std::make_shared<outbox::sql::ConnectionPool>(outbox::sql::ConnectionPool::Options{
+      .factory = [&] { return outbox::sqlite::open(dir.file("p.db")); },
+      .max_size = 2,
+      .acquire_timeout = std::chrono::milliseconds(50),
+  });
+  {
+    auto a = pool->acquire();
+    auto b = pool->acquire();
+    EXPECT_EQ(pool->in_use(), 2u);
+    EXPECT_THROW(pool->acquire(), outbox::StoreError);
+    a->execute("CREATE TABLE t (x INTEGER)");
+    b->begin();
+    b->execute("INSERT INTO t VALUES (1)");
+    // b goes back with an open transaction: the pool rolls it back.
+  }
+  EXPECT_EQ(pool->in_use(), 0u);
+  auto c = pool->acquire();
+  EXPECT_FALSE(c->in_transaction());
+  EXPECT_EQ(c->query("SELECT COUNT(*) FROM t").at(0).get_int(0), 0);
+}
+
+}  // namespace

@@ -1,0 +1,313 @@
+#include "outbox/sqlite/store.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "outbox/sql/connection.hpp"
+
+namespace outbox::sqlite {
+namespace {
+
+using sql::TextRef;
+using sql::Value;
+
+constexpr int kColumnsPerRow = 11;
+// SQLite allows 32766 bound variables per statement (3.32+); stay well below it.
+constexpr std::size_t kInsertChunk = 500;
+constexpr std::size_t kIdChunk = 500;
+
+OutboxEvent to_event(const sql::Row& r) {
+  OutboxEvent e;
+  e.event_id = r.get_text(0);
+  e.event_type = r.get_text(1);
+  e.aggregate_type = r.get_optional_text(2).value_or(std::string(AggregateType::kGlobalName));
+  e.aggregate_id = r.get_optional_text(3);
+  e.tenant_id = r.get_optional_text(4);
+  e.payload_is_json = !r.is_blob(5);
+  e.payload = r.get_text(5);
+  e.headers_json = r.get_optional_text(6);
+  e.status = static_cast<EventStatus>(r.get_int(7));
+  e.attempts = static_cast<int>(r.get_int(8));
+  e.available_at = from_micros(r.get_int(9));
+  e.created_at = from_micros(r.get_int(10));
+  if (auto v = r.get_optional_int(11)) {
+    e.done_at = from_micros(*v);
+  }
+  e.last_error = r.get_optional_text(12);
+  e.locked_by = r.get_optional_text(13);
+  if (auto v = r.get_optional_int(14)) {
+    e.locked_at = from_micros(*v);
+  }
+  return e;
+}
+
+std::vector<OutboxEvent> to_events(const std::vector<sql::Row>& rows) {
+  std::vector<OutboxEvent> out;
+  out.reserve(rows.size());
+  for (const auto& r : rows) {
+    out.push_back(to_event(r));
+  }
+  return out;
+}
+
+Value opt_text(std::optional<std::string_view> s) {
+  return s ? Value(TextRef{*s}) : Value(std::monostate{});
+}
+
+std::string placeholders(std::size_t n) {
+  std::string s;
+  s.reserve(n * 2);
+  for (std::size_t i = 0; i < n; ++i) {
+    s += i == 0 ? "?" : ",?";
+  }
+  return s;
+}
+
+}  // namespace
+
+void create_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  conn.execute("CREATE TABLE IF NOT EXISTS " + table +
+               " ("
+               "event_id TEXT PRIMARY KEY NOT NULL, "
+               "event_type TEXT NOT NULL, "
+               "aggregate_type TEXT, "
+               "aggregate_id TEXT, "
+               "tenant_id TEXT, "
+               "payload BLOB NOT NULL, "
+               "headers TEXT, "
+               "status INTEGER NOT NULL, "
+               "attempts INTEGER NOT NULL DEFAULT 0, "
+               "available_at INTEGER NOT NULL, "
+               "created_at INTEGER NOT NULL, "
+               "done_at INTEGER, "
+               "last_error TEXT, "
+               "locked_by TEXT, "
+               "locked_at INTEGER)");
+  // Pending rows only, in poll order: poll and claim walk this small index instead of the whole
+  // table, however many DONE rows wait for purge.
+  conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_pending ON " + table +
+               " (created_at, event_id) WHERE status IN (0, 2)");
+  // Terminal rows in purge order.
+  conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_terminal ON " + table +
+               " (created_at) WHERE status IN (1, 3)");
+  conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_created ON " + table + " (created_at)");
+}
+
+SqliteOutboxStore::SqliteOutboxStore(std::string table, const JsonCodec& codec)
+    : table_(std::move(table)), codec_(codec) {
+  validate_table_name(table_);
+  select_columns_ =
+      "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, "
+      "attempts, available_at, created_at, done_at, last_error, locked_by, locked_at";
+}
+
+void SqliteOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event) {
+  insert_chunk(conn, &event, 1);
+}
+
+void SqliteOutboxStore::insert_batch(sql::Connection& conn,
+                                     const std::vector<EventEnvelope>& events) {
+  for (std::size_t i = 0; i < events.size(); i += kInsertChunk) {
+    insert_chunk(conn, events.data() + i, std::min(kInsertChunk, events.size() - i));
+  }
+}
+
+void SqliteOutboxStore::insert_chunk(sql::Connection& conn, const EventEnvelope* events,
+                                     std::size_t count) {
+  std::string sql = "INSERT INTO " + table_ +
+                    " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
+                    "headers, status, attempts, available_at, created_at) VALUES ";
+  std::vector<Value> params;
+  params.reserve(count * kColumnsPerRow);
+  // Encoded headers must outlive the statement: the parameters borrow them.
+  std::vector<std::optional<std::string>> headers(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    const EventEnvelope& e = events[i];
+    sql += i == 0 ? "(?,?,?,?,?,?,?,0,0,?,?)" : ",(?,?,?,?,?,?,?,0,0,?,?)";
+    headers[i] = codec_.to_json(e.headers());
+    params.emplace_back(TextRef{e.event_id()});
+    params.emplace_back(TextRef{e.event_type()});
+    params.emplace_back(TextRef{e.aggregate_type()});
+    params.push_back(sql::text_or_null(e.aggregate_id()));
+    params.push_back(sql::text_or_null(e.tenant_id()));
+    if (e.has_json_payload()) {
+      params.emplace_back(TextRef{e.payload_json()});
+    } else {
+      params.emplace_back(sql::BlobRef{e.payload_bytes()});
+    }
+    params.push_back(sql::text_or_null(headers[i]));
+    const auto created = to_micros(e.occurred_at());
+    params.emplace_back(e.available_at() ? to_micros(*e.available_at()) : created);
+    params.emplace_back(created);
+  }
+  conn.execute(sql, params);
+}
+
+int SqliteOutboxStore::mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) {
+  return static_cast<int>(conn.execute(
+      "UPDATE " + table_ +
+          " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL "
+          "WHERE event_id = ? AND status IN (0, 2)",
+      {to_micros(now), TextRef{event_id}}));
+}
+
+int SqliteOutboxStore::mark_done_batch(sql::Connection& conn,
+                                       const std::vector<std::string>& event_ids, Timestamp now) {
+  int changed = 0;
+  for (std::size_t i = 0; i < event_ids.size(); i += kIdChunk) {
+    const std::size_t n = std::min(kIdChunk, event_ids.size() - i);
+    std::vector<Value> params;
+    params.reserve(n + 1);
+    params.emplace_back(to_micros(now));
+    for (std::size_t k = 0; k < n; ++k) {
+      params.emplace_back(TextRef{event_ids[i + k]});
+    }
+    changed += static_cast<int>(
+        conn.execute("UPDATE " + table_ +
+                         " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL "
+                         "WHERE event_id IN (" +
+                         placeholders(n) + ") AND status IN (0, 2)",
+                     params));
+  }
+  return changed;
+}
+
+int SqliteOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id,
+                                  Timestamp next_at, std::string_view error) {
+  const std::string truncated = truncate_error(error);
+  return static_cast<int>(
+      conn.execute("UPDATE " + table_ +
+                       " SET status = 2, attempts = attempts + 1, available_at = ?, "
+                       "last_error = ?, locked_by = NULL, locked_at = NULL "
+                       "WHERE event_id = ? AND status IN (0, 2)",
+                   {to_micros(next_at), TextRef{truncated}, TextRef{event_id}}));
+}
+
+int SqliteOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id,
+                                     Timestamp next_at, std::string_view reason) {
+  const std::string truncated = truncate_error(reason);
+  return static_cast<int>(
+      conn.execute("UPDATE " + table_ +
+                       " SET status = 2, available_at = ?, last_error = ?, locked_by = NULL, "
+                       "locked_at = NULL WHERE event_id = ? AND status IN (0, 2)",
+                   {to_micros(next_at), TextRef{truncated}, TextRef{event_id}}));
+}
+
+int SqliteOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id,
+                                 std::string_view error, bool count_attempt) {
+  const std::string truncated = truncate_error(error);
+  return static_cast<int>(conn.execute(
+      "UPDATE " + table_ +
+          " SET status = 3, attempts = attempts + ?, last_error = ?, locked_by = NULL, "
+          "locked_at = NULL WHERE event_id = ? AND status IN (0, 2)",
+      {std::int64_t{count_attempt ? 1 : 0}, TextRef{truncated}, TextRef{event_id}}));
+}
+
+std::vector<OutboxEvent> SqliteOutboxStore::poll_pending(sql::Connection& conn, Timestamp now,
+                                                         std::chrono::microseconds skip_recent,
+                                                         int limit) {
+  return to_events(conn.query("SELECT " + select_columns_ + " FROM " + table_ +
+                                  " WHERE status IN (0, 2) AND available_at <= ? AND "
+                                  "created_at <= ? ORDER BY created_at, event_id LIMIT ?",
+                              {to_micros(now), to_micros(now - skip_recent),
+                               std::int64_t{limit}}));
+}
+
+std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
+                                                          std::string_view owner, Timestamp now,
+                                                          Timestamp lock_expiry,
+                                                          std::chrono::microseconds skip_recent,
+                                                          int limit) {
+  // One statement: SQLite runs it under the database write lock, so two processes can never
+  // both claim a row.
+  auto events = to_events(conn.query(
+      "UPDATE " + table_ +
+          " SET locked_by = ?, locked_at = ? WHERE event_id IN (SELECT event_id FROM " + table_ +
+          " WHERE status IN (0, 2) AND available_at <= ? AND created_at <= ? AND "
+          "(locked_by IS NULL OR locked_at < ?) ORDER BY created_at, event_id LIMIT ?) "
+          "RETURNING " +
+          select_columns_,
+      {TextRef{owner}, to_micros(now), to_micros(now), to_micros(now - skip_recent),
+       to_micros(lock_expiry), std::int64_t{limit}}));
+  // RETURNING gives no order guarantee.
+  std::sort(events.begin(), events.end(), [](const OutboxEvent& a, const OutboxEvent& b) {
+    return a.created_at != b.created_at ? a.created_at < b.created_at : a.event_id < b.event_id;
+  });
+  return events;
+}
+
+std::vector<OutboxEvent> SqliteOutboxStore::query_dead(
+    sql::Connection& conn, std::optional<std::string_view> event_type,
+    std::optional<std::string_view> aggregate_type, int limit) {
+  return to_events(conn.query("SELECT " + select_columns_ + " FROM " + table_ +
+                                  " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1) AND "
+                                  "(?2 IS NULL OR aggregate_type = ?2) "
+                                  "ORDER BY created_at, event_id LIMIT ?3",
+                              {opt_text(event_type), opt_text(aggregate_type),
+                               std::int64_t{limit}}));
+}
+
+int SqliteOutboxStore::replay_dead(sql::Connection& conn, std::string_view event_id,
+                                   Timestamp now) {
+  return static_cast<int>(conn.execute(
+      "UPDATE " + table_ +
+          " SET status = 0, attempts = 0, available_at = ?, done_at = NULL, locked_by = NULL, "
+          "locked_at = NULL WHERE event_id = ? AND status = 3",
+      {to_micros(now), TextRef{event_id}}));
+}
+
+int SqliteOutboxStore::count_dead(sql::Connection& conn,
+                                  std::optional<std::string_view> event_type) {
+  auto rows = conn.query("SELECT COUNT(*) FROM " + table_ +
+                             " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1)",
+                         {opt_text(event_type)});
+  return static_cast<int>(rows.at(0).get_int(0));
+}
+
+std::optional<OutboxEvent> SqliteOutboxStore::find(sql::Connection& conn,
+                                                   std::string_view event_id) {
+  auto rows = conn.query("SELECT " + select_columns_ + " FROM " + table_ + " WHERE event_id = ?",
+                         {TextRef{event_id}});
+  if (rows.empty()) {
+    return std::nullopt;
+  }
+  return to_event(rows.front());
+}
+
+std::vector<std::int64_t> SqliteOutboxStore::count_by_status(sql::Connection& conn) {
+  std::vector<std::int64_t> counts(4, 0);
+  for (const auto& r :
+       conn.query("SELECT status, COUNT(*) FROM " + table_ + " GROUP BY status")) {
+    const auto status = r.get_int(0);
+    if (status >= 0 && status < 4) {
+      counts[static_cast<std::size_t>(status)] = r.get_int(1);
+    }
+  }
+  return counts;
+}
+
+SqliteEventPurger::SqliteEventPurger(std::string table) : table_(std::move(table)) {
+  validate_table_name(table_);
+}
+
+int SqliteEventPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
+  return static_cast<int>(conn.execute(
+      "DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " + table_ +
+          " WHERE status IN (1, 3) AND COALESCE(done_at, created_at) < ? "
+          "ORDER BY created_at LIMIT ?)",
+      {to_micros(before), std::int64_t{limit}}));
+}
+
+SqliteAgeBasedPurger::SqliteAgeBasedPurger(std::string table) : table_(std::move(table)) {
+  validate_table_name(table_);
+}
+
+int SqliteAgeBasedPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
+  return static_cast<int>(conn.execute("DELETE FROM " + table_ +
+                                           " WHERE event_id IN (SELECT event_id FROM " + table_ +
+                                           " WHERE created_at < ? ORDER BY created_at LIMIT ?)",
+                                       {to_micros(before), std::int64_t{limit}}));
+}
+
+}  // namespace outbox::sqlite

@@ -1,0 +1,82 @@
+#pragma once
+// The SQLite OutboxStore, schema and purgers. Timestamps are INTEGER microseconds since the epoch.
+
+#include <string>
+
+#include "outbox/json_codec.hpp"
+#include "outbox/purge.hpp"
+#include "outbox/store.hpp"
+
+namespace outbox::sqlite {
+
+/// Creates the outbox table and its indexes if missing (idempotent). Throws outbox::StoreError,
+/// std::invalid_argument on a bad table name.
+void create_schema(sql::Connection& conn, const std::string& table = "outbox_event");
+
+/// OutboxStore for SQLite. Claims are single UPDATE … RETURNING statements, atomic across
+/// processes sharing the file. Thread-safe (stateless).
+class SqliteOutboxStore final : public OutboxStore {
+ public:
+  /// Throws std::invalid_argument on a bad table name.
+  explicit SqliteOutboxStore(std::string table = "outbox_event",
+                             const JsonCodec& codec = JsonCodec::default_codec());
+
+  void insert_new(sql::Connection& conn, const EventEnvelope& event) override;
+  void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events) override;
+  int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
+  int mark_done_batch(sql::Connection& conn, const std::vector<std::string>& event_ids,
+                      Timestamp now) override;
+  int mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp next_at,
+                 std::string_view error) override;
+  int mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp next_at,
+                    std::string_view reason) override;
+  int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
+                bool count_attempt = true) override;
+  std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
+                                        std::chrono::microseconds skip_recent,
+                                        int limit) override;
+  std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
+                                         Timestamp now, Timestamp lock_expiry,
+                                         std::chrono::microseconds skip_recent,
+                                         int limit) override;
+  std::vector<OutboxEvent> query_dead(sql::Connection& conn,
+                                      std::optional<std::string_view> event_type,
+                                      std::optional<std::string_view> aggregate_type,
+                                      int limit) override;
+  int replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
+  int count_dead(sql::Connection& conn, std::optional<std::string_view> event_type) override;
+  std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) override;
+  std::vector<std::int64_t> count_by_status(sql::Connection& conn) override;
+
+  const std::string& table() const noexcept { return table_; }
+
+ private:
+  void insert_chunk(sql::Connection& conn, const EventEnvelope* events, std::size_t count);
+
+  std::string table_;
+  const JsonCodec& codec_;
+  std::string select_columns_;
+};
+
+/// Deletes terminal rows (DONE, DEAD) with COALESCE(done_at, created_at) < before. Thread-safe.
+class SqliteEventPurger final : public EventPurger {
+ public:
+  explicit SqliteEventPurger(std::string table = "outbox_event");
+  int purge(sql::Connection& conn, Timestamp before, int limit) override;
+
+ private:
+  std::string table_;
+};
+
+/// Deletes every row created before `before`, whatever its status (writer-only / CDC set-ups
+/// where nothing marks rows DONE). Thread-safe.
+class SqliteAgeBasedPurger final : public EventPurger {
+ public:
+  explicit SqliteAgeBasedPurger(std::string table = "outbox_event");
+  int purge(sql::Connection& conn, Timestamp before, int limit) override;
+
+ private:
+  std::string table_;
+};
+
+}  // namespace outbox::sqlite

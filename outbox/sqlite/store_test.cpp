@@ -1,0 +1,48 @@
+// SQLite-specific store behaviour; the engine-independent contract is tests/store_contract_test.cpp.
+
+#include "outbox/sqlite/store.hpp"
+
+#include <gtest/gtest.h>
+
+#include "outbox/sqlite/driver.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace {
+
+std::string plan(outbox::sql::Connection& conn, const std::string& sql) {
+  std::string out;
+  for (const auto& r : conn.query("EXPLAIN QUERY PLAN " + sql)) {
+    out += r.get_text(3) + "\n";
+  }
+  return out;
+}
+
+TEST(SqliteStore, CreateSchemaIsIdempotentAndHonoursTableName) {
+  outbox::testing::TempDir dir;
+  auto conn = outbox::sqlite::open(dir.file("s.db"));
+  outbox::sqlite::create_schema(*conn, "orders_outbox");
+  outbox::sqlite::create_schema(*conn, "orders_outbox");
+  outbox::sqlite::SqliteOutboxStore store("orders_outbox");
+  store.insert_new(*conn, outbox::EventEnvelope::of_json(outbox::EventType::of("T"), "{}"));
+  EXPECT_EQ(store.count_by_status(*conn)[0], 1);
+  EXPECT_THROW(outbox::sqlite::create_schema(*conn, "x;y"), std::invalid_argument);
+}
+
+TEST(SqliteStore, PollClaimAndPurgeUseTheirPartialIndexes) {
+  outbox::testing::TempDir dir;
+  auto conn = outbox::sqlite::open(dir.file("s.db"));
+  outbox::sqlite::create_schema(*conn);
+  const std::string pending =
+      "SELECT event_id FROM outbox_event WHERE status IN (0, 2) AND available_at <= 1 AND "
+      "created_at <= 1 ORDER BY created_at, event_id LIMIT 10";
+  const auto p = plan(*conn, pending);
+  EXPECT_NE(p.find("outbox_event_pending"), std::string::npos) << p;
+  EXPECT_EQ(p.find("TEMP B-TREE"), std::string::npos) << p;
+  const std::string terminal =
+      "SELECT event_id FROM outbox_event WHERE status IN (1, 3) AND COALESCE(done_at, created_at) "
+      "< 1 ORDER BY created_at LIMIT 10";
+  const auto t = plan(*conn, terminal);
+  EXPECT_NE(t.find("outbox_event_terminal"), std::string::npos) << t;
+}
+
+}  // namespace

@@ -1,0 +1,111 @@
+#pragma once
+// The storage SPI (spec §8, §18.2): one implementation per SQL dialect.
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outbox/clock.hpp"
+#include "outbox/envelope.hpp"
+
+namespace outbox {
+namespace sql {
+class Connection;
+}
+
+/// Row status (spec §4.2).
+enum class EventStatus { New = 0, Done = 1, Retry = 2, Dead = 3 };
+
+/// Name of a status ("NEW", "DONE", "RETRY", "DEAD").
+std::string_view to_string(EventStatus status);
+
+/// One row of the outbox table.
+struct OutboxEvent {
+  std::string event_id;
+  std::string event_type;
+  std::string aggregate_type;
+  std::optional<std::string> aggregate_id;
+  std::optional<std::string> tenant_id;
+  std::string payload;           ///< JSON text, or raw bytes when payload_is_json is false
+  bool payload_is_json = true;
+  std::optional<std::string> headers_json;
+  EventStatus status = EventStatus::New;
+  int attempts = 0;
+  Timestamp available_at;
+  Timestamp created_at;
+  std::optional<Timestamp> done_at;
+  std::optional<std::string> last_error;
+  std::optional<std::string> locked_by;
+  std::optional<Timestamp> locked_at;
+};
+
+/// Longest last_error stored; longer messages are truncated (on a UTF-8 boundary).
+inline constexpr std::size_t kMaxErrorLength = 4000;
+
+/// Truncates `error` to kMaxErrorLength bytes without splitting a UTF-8 sequence.
+std::string truncate_error(std::string_view error);
+
+/// Reads and writes the outbox table through a caller-supplied connection; never commits or closes
+/// it. Implementations are thread-safe (stateless apart from configuration). Database failures
+/// throw outbox::StoreError. Status updates never change a DONE or DEAD row (replay excepted).
+class OutboxStore {
+ public:
+  virtual ~OutboxStore() = default;
+
+  /// Inserts one NEW row. Throws StoreError (e.g. duplicate event id).
+  virtual void insert_new(sql::Connection& conn, const EventEnvelope& event) = 0;
+  /// Inserts NEW rows in as few statements as the engine allows.
+  virtual void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events) = 0;
+  /// NEW/RETRY → DONE, clearing the claim. Returns rows changed (0 if already terminal or absent).
+  virtual int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) = 0;
+  /// mark_done for many ids in one statement per chunk; returns rows changed.
+  virtual int mark_done_batch(sql::Connection& conn, const std::vector<std::string>& event_ids,
+                              Timestamp now) = 0;
+  /// → RETRY with attempts + 1, due at `next_at`, error stored truncated.
+  virtual int mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp next_at,
+                         std::string_view error) = 0;
+  /// → RETRY due at `next_at` without counting an attempt (a listener's RetryLater).
+  virtual int mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp next_at,
+                            std::string_view reason) = 0;
+  /// → DEAD with the error (attempts + 1 when `count_attempt`).
+  virtual int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
+                        bool count_attempt = true) = 0;
+  /// NEW/RETRY rows due at `now` and created at or before now - skip_recent, oldest first.
+  virtual std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
+                                                std::chrono::microseconds skip_recent,
+                                                int limit) = 0;
+  /// Like poll_pending, but atomically sets locked_by = owner, locked_at = now on rows that are
+  /// unlocked or whose lock is older than `lock_expiry`; returns only the rows it claimed, oldest
+  /// first. Safe across processes sharing the database.
+  virtual std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
+                                                 Timestamp now, Timestamp lock_expiry,
+                                                 std::chrono::microseconds skip_recent,
+                                                 int limit) = 0;
+  /// DEAD rows, optional filters, oldest first.
+  virtual std::vector<OutboxEvent> query_dead(sql::Connection& conn,
+                                              std::optional<std::string_view> event_type,
+                                              std::optional<std::string_view> aggregate_type,
+                                              int limit) = 0;
+  /// DEAD → NEW with attempts 0, due now. Returns rows changed.
+  virtual int replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) = 0;
+  /// Number of DEAD rows, optionally of one type.
+  virtual int count_dead(sql::Connection& conn, std::optional<std::string_view> event_type) = 0;
+  /// One row by id, or nullopt.
+  virtual std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) = 0;
+  /// Rows per status (NEW, DONE, RETRY, DEAD in that order).
+  virtual std::vector<std::int64_t> count_by_status(sql::Connection& conn) = 0;
+};
+
+/// Decodes a row into the envelope the listeners receive, with headers parsed by `codec`.
+/// Throws std::invalid_argument when the headers or the payload do not decode.
+EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec);
+
+}  // namespace outbox
+
+namespace outbox {
+/// Throws std::invalid_argument unless `name` matches ^[A-Za-z_][A-Za-z0-9_]{0,62}$.
+void validate_table_name(std::string_view name);
+}  // namespace outbox

@@ -1,0 +1,177 @@
+#include "outbox/transaction.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+#include "outbox/log.hpp"
+
+namespace outbox {
+namespace {
+
+// Which frame each context has open on this thread. A thread rarely uses more than one context.
+thread_local std::vector<std::pair<const void*, void*>> tls_frames;
+
+void run_callbacks(std::vector<std::function<void()>>& callbacks, const char* what) noexcept {
+  for (auto& cb : callbacks) {
+    try {
+      cb();
+    } catch (const std::exception& e) {
+      log(LogLevel::Error, std::string(what) + " callback threw: " + e.what());
+    } catch (...) {
+      log(LogLevel::Error, std::string(what) + " callback threw a non-standard exception");
+    }
+  }
+}
+
+}  // namespace
+
+ThreadLocalTxContext::~ThreadLocalTxContext() = default;
+
+ThreadLocalTxContext::Frame* ThreadLocalTxContext::frame() const {
+  for (auto& [ctx, f] : tls_frames) {
+    if (ctx == this) {
+      return static_cast<Frame*>(f);
+    }
+  }
+  return nullptr;
+}
+
+void ThreadLocalTxContext::bind(Frame* f) {
+  if (frame() != nullptr) {
+    throw std::logic_error("a transaction is already active on this thread for this context");
+  }
+  tls_frames.emplace_back(this, f);
+}
+
+void ThreadLocalTxContext::unbind() {
+  std::erase_if(tls_frames, [this](const auto& p) { return p.first == this; });
+}
+
+bool ThreadLocalTxContext::is_transaction_active() const { return frame() != nullptr; }
+
+sql::Connection& ThreadLocalTxContext::current_connection() const {
+  Frame* f = frame();
+  if (f == nullptr) {
+    throw std::logic_error("no active transaction on this thread");
+  }
+  return *f->connection;
+}
+
+void ThreadLocalTxContext::after_commit(std::function<void()> callback) {
+  Frame* f = frame();
+  if (f == nullptr) {
+    throw std::logic_error("after_commit: no active transaction on this thread");
+  }
+  f->on_commit.push_back(std::move(callback));
+}
+
+void ThreadLocalTxContext::after_rollback(std::function<void()> callback) {
+  Frame* f = frame();
+  if (f == nullptr) {
+    throw std::logic_error("after_rollback: no active transaction on this thread");
+  }
+  f->on_rollback.push_back(std::move(callback));
+}
+
+Transaction::Transaction(sql::PooledConnection conn, ThreadLocalTxContext& context)
+    : conn_(std::move(conn)),
+      context_(&context),
+      frame_(std::make_unique<ThreadLocalTxContext::Frame>()) {
+  frame_->connection = &conn_.get();
+  context_->bind(frame_.get());
+  try {
+    conn_->begin();
+  } catch (...) {
+    context_->unbind();
+    throw;
+  }
+}
+
+Transaction::Transaction(Transaction&& other) noexcept
+    : conn_(std::move(other.conn_)),
+      context_(other.context_),
+      frame_(std::move(other.frame_)),
+      active_(std::exchange(other.active_, false)) {}
+
+Transaction::~Transaction() {
+  if (active_) {
+    try {
+      conn_->rollback();
+    } catch (const std::exception& e) {
+      log(LogLevel::Warning, std::string("rollback in ~Transaction failed: ") + e.what());
+      conn_.mark_broken();
+    }
+    finish(false);
+  }
+}
+
+sql::Connection& Transaction::connection() const {
+  if (!active_) {
+    throw std::logic_error("transaction is finished");
+  }
+  return conn_.get();
+}
+
+void Transaction::commit() {
+  if (!active_) {
+    throw std::logic_error("commit: transaction is finished");
+  }
+  try {
+    conn_->commit();
+  } catch (...) {
+    try {
+      if (conn_->in_transaction()) {
+        conn_->rollback();
+      }
+    } catch (const std::exception& e) {
+      log(LogLevel::Warning, std::string("rollback after failed commit failed: ") + e.what());
+      conn_.mark_broken();
+    }
+    finish(false);
+    throw;
+  }
+  finish(true);
+}
+
+void Transaction::rollback() {
+  if (!active_) {
+    throw std::logic_error("rollback: transaction is finished");
+  }
+  try {
+    conn_->rollback();
+  } catch (...) {
+    conn_.mark_broken();
+    finish(false);
+    throw;
+  }
+  finish(false);
+}
+
+void Transaction::finish(bool committed) noexcept {
+  active_ = false;
+  context_->unbind();
+  auto frame = std::move(frame_);
+  run_callbacks(committed ? frame->on_commit : frame->on_rollback,
+                committed ? "after-commit" : "after-rollback");
+}
+
+TransactionManager::TransactionManager(std::shared_ptr<sql::ConnectionProvider> provider,
+                                       std::shared_ptr<ThreadLocalTxContext> context)
+    : provider_(std::move(provider)), context_(std::move(context)) {
+  if (!provider_) {
+    throw std::invalid_argument("TransactionManager: provider is required");
+  }
+  if (!context_) {
+    throw std::invalid_argument("TransactionManager: context is required");
+  }
+}
+
+Transaction TransactionManager::begin() {
+  if (context_->is_transaction_active()) {
+    throw std::logic_error("TransactionManager::begin: this thread already has a transaction");
+  }
+  return Transaction(provider_->acquire(), *context_);
+}
+
+}  // namespace outbox

@@ -1,0 +1,89 @@
+#pragma once
+// Manual transactions: ThreadLocalTxContext + TransactionManager (spec §3.3, JdbcTransactionManager).
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "outbox/sql/connection.hpp"
+#include "outbox/tx_context.hpp"
+
+namespace outbox {
+
+class Transaction;
+
+/// A TxContext bound to the calling thread: each thread sees the transaction it began through a
+/// TransactionManager using this context. Thread-safe (state is per thread).
+class ThreadLocalTxContext final : public TxContext {
+ public:
+  ThreadLocalTxContext() = default;
+  ~ThreadLocalTxContext() override;
+  ThreadLocalTxContext(const ThreadLocalTxContext&) = delete;
+  ThreadLocalTxContext& operator=(const ThreadLocalTxContext&) = delete;
+
+  bool is_transaction_active() const override;
+  sql::Connection& current_connection() const override;
+  void after_commit(std::function<void()> callback) override;
+  void after_rollback(std::function<void()> callback) override;
+
+ private:
+  friend class Transaction;
+  struct Frame {
+    sql::Connection* connection = nullptr;
+    std::vector<std::function<void()>> on_commit;
+    std::vector<std::function<void()>> on_rollback;
+  };
+  Frame* frame() const;
+  void bind(Frame* frame);
+  void unbind();
+};
+
+/// An open transaction on a borrowed connection. Rolls back in its destructor if neither commit()
+/// nor rollback() ran. Move-only; use on the thread that began it.
+class Transaction {
+ public:
+  Transaction(Transaction&& other) noexcept;
+  Transaction& operator=(Transaction&&) = delete;
+  Transaction(const Transaction&) = delete;
+  Transaction& operator=(const Transaction&) = delete;
+  ~Transaction();
+
+  /// The transaction's connection, for the business statements.
+  sql::Connection& connection() const;
+  /// Commits, then runs after-commit callbacks (their exceptions are logged, not thrown). If the
+  /// commit fails, rolls back, runs after-rollback callbacks and rethrows the StoreError.
+  /// Throws std::logic_error if the transaction is already finished.
+  void commit();
+  /// Rolls back and runs after-rollback callbacks. Throws std::logic_error if already finished.
+  void rollback();
+  /// True until commit() or rollback().
+  bool active() const noexcept { return active_; }
+
+ private:
+  friend class TransactionManager;
+  Transaction(sql::PooledConnection conn, ThreadLocalTxContext& context);
+  void finish(bool committed) noexcept;
+
+  sql::PooledConnection conn_;
+  ThreadLocalTxContext* context_;
+  std::unique_ptr<ThreadLocalTxContext::Frame> frame_;
+  bool active_ = true;
+};
+
+/// Begins transactions on connections from a provider and binds them to a ThreadLocalTxContext.
+/// Thread-safe.
+class TransactionManager {
+ public:
+  TransactionManager(std::shared_ptr<sql::ConnectionProvider> provider,
+                     std::shared_ptr<ThreadLocalTxContext> context);
+  /// Borrows a connection and begins. Throws std::logic_error if this thread already has a
+  /// transaction on the same context, outbox::StoreError on database failure.
+  Transaction begin();
+
+ private:
+  std::shared_ptr<sql::ConnectionProvider> provider_;
+  std::shared_ptr<ThreadLocalTxContext> context_;
+};
+
+}  // namespace outbox

@@ -1,0 +1,81 @@
+#include "outbox/writer.hpp"
+
+#include <stdexcept>
+
+#include "outbox/log.hpp"
+#include "outbox/store.hpp"
+#include "outbox/tx_context.hpp"
+
+namespace outbox {
+namespace {
+
+template <typename Fn>
+void guarded(const char* what, Fn&& fn) noexcept {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    log(LogLevel::Error, std::string("WriterHook::") + what + " threw: " + e.what());
+  } catch (...) {
+    log(LogLevel::Error, std::string("WriterHook::") + what + " threw a non-standard exception");
+  }
+}
+
+}  // namespace
+
+OutboxWriter::OutboxWriter(std::shared_ptr<TxContext> tx_context,
+                           std::shared_ptr<OutboxStore> store, std::shared_ptr<WriterHook> hook)
+    : tx_context_(std::move(tx_context)), store_(std::move(store)), hook_(std::move(hook)) {
+  if (!tx_context_) {
+    throw std::invalid_argument("OutboxWriter: tx_context is required");
+  }
+  if (!store_) {
+    throw std::invalid_argument("OutboxWriter: store is required");
+  }
+}
+
+std::optional<std::string> OutboxWriter::write(const EventEnvelope& event) {
+  auto ids = write_all({event});
+  if (ids.empty()) {
+    return std::nullopt;
+  }
+  return std::move(ids.front());
+}
+
+std::optional<std::string> OutboxWriter::write(EventType type, std::string payload_json) {
+  return write(EventEnvelope::of_json(std::move(type), std::move(payload_json)));
+}
+
+std::vector<std::string> OutboxWriter::write_all(std::vector<EventEnvelope> events) {
+  if (!tx_context_->is_transaction_active()) {
+    throw std::logic_error("OutboxWriter: write requires an active transaction");
+  }
+  if (hook_) {
+    events = hook_->before_write(std::move(events));
+  }
+  if (events.empty()) {
+    return {};
+  }
+  auto& conn = tx_context_->current_connection();
+  if (events.size() == 1) {
+    store_->insert_new(conn, events.front());
+  } else {
+    store_->insert_batch(conn, events);
+  }
+  std::vector<std::string> ids;
+  ids.reserve(events.size());
+  for (const auto& e : events) {
+    ids.push_back(e.event_id());
+  }
+  if (hook_) {
+    guarded("after_write", [&] { hook_->after_write(events); });
+    auto shared = std::make_shared<const std::vector<EventEnvelope>>(std::move(events));
+    tx_context_->after_commit(
+        [hook = hook_, shared] { guarded("after_commit", [&] { hook->after_commit(*shared); }); });
+    tx_context_->after_rollback([hook = hook_, shared] {
+      guarded("after_rollback", [&] { hook->after_rollback(*shared); });
+    });
+  }
+  return ids;
+}
+
+}  // namespace outbox

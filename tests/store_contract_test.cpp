@@ -1,0 +1,357 @@
+// The OutboxStore contract, one parameterized suite for every engine. Each engine contributes a
+// StoreBackend; the SQLite one always runs.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <set>
+
+#include "outbox/errors.hpp"
+#include "outbox/sqlite/driver.hpp"
+#include "outbox/sqlite/store.hpp"
+#include "outbox/store.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using outbox::EventEnvelope;
+using outbox::EventStatus;
+using outbox::EventType;
+using outbox::Timestamp;
+
+// A freshly created, empty outbox table on one engine.
+struct StoreBackend {
+  std::unique_ptr<outbox::sql::Connection> conn;
+  std::shared_ptr<outbox::OutboxStore> store;
+  std::shared_ptr<outbox::EventPurger> purger;
+  std::shared_ptr<outbox::EventPurger> age_purger;
+  std::shared_ptr<void> keep_alive;
+};
+
+struct BackendFactory {
+  std::string name;
+  std::function<StoreBackend()> make;
+};
+
+std::ostream& operator<<(std::ostream& os, const BackendFactory& f) { return os << f.name; }
+
+BackendFactory sqlite_backend() {
+  return {"sqlite", [] {
+            auto dir = std::make_shared<outbox::testing::TempDir>();
+            StoreBackend b;
+            b.conn = outbox::sqlite::open(dir->file("contract.db"));
+            outbox::sqlite::create_schema(*b.conn);
+            b.store = std::make_shared<outbox::sqlite::SqliteOutboxStore>();
+            b.purger = std::make_shared<outbox::sqlite::SqliteEventPurger>();
+            b.age_purger = std::make_shared<outbox::sqlite::SqliteAgeBasedPurger>();
+            b.keep_alive = dir;
+            return b;
+          }};
+}
+
+class StoreContract : public ::testing::TestWithParam<BackendFactory> {
+ protected:
+  void SetUp() override { b_ = GetParam().make(); }
+
+  outbox::sql::Connection& conn() { return *b_.conn; }
+  outbox::OutboxStore& store() { return *b_.store; }
+
+  // Base time well in the past so "now" comparisons are deterministic.
+  Timestamp t0 = outbox::from_micros(1'700'000'000'000'000);
+
+  EventEnvelope event(const std::string& id, Timestamp at) {
+    return EventEnvelope::builder(EventType::of("OrderPlaced"))
+        .event_id(id)
+        .occurred_at(at)
+        .aggregate_type(outbox::AggregateType::of("Order"))
+        .aggregate_id("o-" + id)
+        .payload_json(R"({"id":")" + id + "\"}")
+        .build();
+  }
+  void insert(const std::string& id, Timestamp at) { store().insert_new(conn(), event(id, at)); }
+  EventStatus status(const std::string& id) { return store().find(conn(), id)->status; }
+
+  StoreBackend b_;
+};
+
+TEST_P(StoreContract, InsertAndFindRoundTripEveryField) {
+  auto e = EventEnvelope::builder(EventType::of("UserCreated"))
+               .event_id("e1")
+               .occurred_at(t0)
+               .aggregate_type(outbox::AggregateType::of("User"))
+               .aggregate_id("u-1")
+               .tenant_id("t-9")
+               .header("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+               .header("quote", "a\"b")
+               .payload_json(R"({"name":"Zoë"})")
+               .build();
+  store().insert_new(conn(), e);
+  auto row = store().find(conn(), "e1");
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->event_type, "UserCreated");
+  EXPECT_EQ(row->aggregate_type, "User");
+  EXPECT_EQ(row->aggregate_id, "u-1");
+  EXPECT_EQ(row->tenant_id, "t-9");
+  EXPECT_EQ(row->payload, R"({"name":"Zoë"})");
+  EXPECT_TRUE(row->payload_is_json);
+  EXPECT_EQ(row->status, EventStatus::New);
+  EXPECT_EQ(row->attempts, 0);
+  EXPECT_EQ(row->created_at, t0);
+  EXPECT_EQ(row->available_at, t0);
+  EXPECT_FALSE(row->locked_by);
+  auto back = outbox::to_envelope(*row, outbox::JsonCodec::default_codec());
+  EXPECT_EQ(back.headers(), e.headers());
+  EXPECT_EQ(back.occurred_at(), e.occurred_at());
+  EXPECT_FALSE(store().find(conn(), "nope"));
+}
+
+TEST_P(StoreContract, BytesPayloadRoundTrips) {
+  auto e = EventEnvelope::builder(EventType::of("Blob"))
+               .event_id("b1")
+               .payload_bytes({0, 159, 146, 150, 255})
+               .build();
+  store().insert_new(conn(), e);
+  auto row = store().find(conn(), "b1");
+  ASSERT_TRUE(row);
+  EXPECT_FALSE(row->payload_is_json);
+  auto back = outbox::to_envelope(*row, outbox::JsonCodec::default_codec());
+  EXPECT_EQ(std::vector<std::uint8_t>(back.payload_bytes().begin(), back.payload_bytes().end()),
+            (std::vector<std::uint8_t>{0, 159, 146, 150, 255}));
+}
+
+TEST_P(StoreContract, DuplicateIdIsAStoreError) {
+  insert("dup", t0);
+  EXPECT_THROW(insert("dup", t0), outbox::StoreError);
+}
+
+TEST_P(StoreContract, InsertBatchSpansSeveralStatements) {
+  std::vector<EventEnvelope> events;
+  for (int i = 0; i < 1203; ++i) {
+    events.push_back(event("b" + std::to_string(10000 + i), t0 + std::chrono::microseconds(i)));
+  }
+  store().insert_batch(conn(), events);
+  EXPECT_EQ(store().count_by_status(conn())[0], 1203);
+  auto rows = store().poll_pending(conn(), t0 + 1h, 0us, 5000);
+  ASSERT_EQ(rows.size(), 1203u);
+  EXPECT_EQ(rows.front().event_id, "b10000");
+  EXPECT_EQ(rows.back().event_id, "b11202");
+}
+
+TEST_P(StoreContract, DelayedEventIsNotPolledBeforeItIsDue) {
+  auto e = EventEnvelope::builder(EventType::of("Later"))
+               .event_id("d1")
+               .occurred_at(t0)
+               .deliver_after(10s)
+               .payload_json("{}")
+               .build();
+  store().insert_new(conn(), e);
+  EXPECT_EQ(store().find(conn(), "d1")->available_at, t0 + 10s);
+  EXPECT_TRUE(store().poll_pending(conn(), t0 + 9s, 0us, 10).empty());
+  EXPECT_EQ(store().poll_pending(conn(), t0 + 10s, 0us, 10).size(), 1u);
+}
+
+TEST_P(StoreContract, MarkDoneOnlyFromPendingAndClearsClaim) {
+  insert("a", t0);
+  ASSERT_EQ(store().claim_pending(conn(), "n1", t0 + 1s, t0, 0us, 10).size(), 1u);
+  EXPECT_EQ(store().mark_done(conn(), "a", t0 + 2s), 1);
+  auto row = store().find(conn(), "a");
+  EXPECT_EQ(row->status, EventStatus::Done);
+  EXPECT_EQ(row->done_at, t0 + 2s);
+  EXPECT_FALSE(row->locked_by);
+  EXPECT_FALSE(row->locked_at);
+  EXPECT_EQ(store().mark_done(conn(), "a", t0 + 3s), 0);
+  EXPECT_EQ(store().mark_retry(conn(), "a", t0, "x"), 0);
+  EXPECT_EQ(store().mark_dead(conn(), "a", "x"), 0);
+  EXPECT_EQ(status("a"), EventStatus::Done);
+  EXPECT_EQ(store().mark_done(conn(), "missing", t0), 0);
+}
+
+TEST_P(StoreContract, DeadRowsAreNeverTouchedByStatusUpdates) {
+  insert("a", t0);
+  EXPECT_EQ(store().mark_dead(conn(), "a", "bad"), 1);
+  EXPECT_EQ(store().mark_done(conn(), "a", t0), 0);
+  EXPECT_EQ(store().mark_retry(conn(), "a", t0, "x"), 0);
+  EXPECT_EQ(store().mark_deferred(conn(), "a", t0, "x"), 0);
+  auto row = store().find(conn(), "a");
+  EXPECT_EQ(row->status, EventStatus::Dead);
+  EXPECT_EQ(row->last_error, "bad");
+  EXPECT_EQ(row->attempts, 1);
+}
+
+TEST_P(StoreContract, MarkDoneBatch) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 1100; ++i) {
+    ids.push_back("m" + std::to_string(i));
+    insert(ids.back(), t0);
+  }
+  store().mark_dead(conn(), "m5", "x");
+  EXPECT_EQ(store().mark_done_batch(conn(), ids, t0 + 1s), 1099);
+  auto counts = store().count_by_status(conn());
+  EXPECT_EQ(counts[1], 1099);
+  EXPECT_EQ(counts[3], 1);
+  EXPECT_EQ(store().mark_done_batch(conn(), {}, t0), 0);
+}
+
+TEST_P(StoreContract, RetryCountsAttemptsAndTruncatesErrors) {
+  insert("a", t0);
+  const std::string long_error(5000, 'e');
+  EXPECT_EQ(store().mark_retry(conn(), "a", t0 + 5s, long_error), 1);
+  auto row = store().find(conn(), "a");
+  EXPECT_EQ(row->status, EventStatus::Retry);
+  EXPECT_EQ(row->attempts, 1);
+  EXPECT_EQ(row->available_at, t0 + 5s);
+  EXPECT_EQ(row->last_error->size(), outbox::kMaxErrorLength);
+  EXPECT_TRUE(store().poll_pending(conn(), t0 + 4s, 0us, 10).empty());
+  ASSERT_EQ(store().poll_pending(conn(), t0 + 5s, 0us, 10).size(), 1u);
+  EXPECT_EQ(store().mark_retry(conn(), "a", t0 + 6s, "again"), 1);
+  EXPECT_EQ(store().find(conn(), "a")->attempts, 2);
+}
+
+TEST_P(StoreContract, DeferredKeepsTheAttemptCount) {
+  insert("a", t0);
+  store().mark_retry(conn(), "a", t0 + 1s, "first");
+  EXPECT_EQ(store().mark_deferred(conn(), "a", t0 + 9s, "not yet"), 1);
+  auto row = store().find(conn(), "a");
+  EXPECT_EQ(row->attempts, 1);
+  EXPECT_EQ(row->status, EventStatus::Retry);
+  EXPECT_EQ(row->available_at, t0 + 9s);
+  EXPECT_EQ(row->last_error, "not yet");
+}
+
+TEST_P(StoreContract, ErrorTruncationKeepsUtf8Whole) {
+  insert("a", t0);
+  std::string error(3999, 'x');
+  error += "\xC3\xA9\xC3\xA9";  // the first é straddles the 4000-byte limit
+  store().mark_dead(conn(), "a", error);
+  auto stored = *store().find(conn(), "a")->last_error;
+  EXPECT_EQ(stored, std::string(3999, 'x'));
+}
+
+TEST_P(StoreContract, PollOrdersByCreatedAtAndHonoursLimitAndSkipRecent) {
+  insert("c", t0 + 3s);
+  insert("a", t0 + 1s);
+  insert("b", t0 + 2s);
+  insert("done", t0);
+  store().mark_done(conn(), "done", t0);
+  auto rows = store().poll_pending(conn(), t0 + 10s, 0us, 10);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].event_id, "a");
+  EXPECT_EQ(rows[1].event_id, "b");
+  EXPECT_EQ(rows[2].event_id, "c");
+  EXPECT_EQ(store().poll_pending(conn(), t0 + 10s, 0us, 2).size(), 2u);
+  // skip_recent 8 s at now = t0 + 10 s: only rows created at or before t0 + 2 s.
+  EXPECT_EQ(store().poll_pending(conn(), t0 + 10s, 8s, 10).size(), 2u);
+}
+
+TEST_P(StoreContract, ClaimLocksRowsUntilExpiry) {
+  for (int i = 0; i < 5; ++i) {
+    insert("r" + std::to_string(i), t0 + std::chrono::seconds(i));
+  }
+  const auto now = t0 + 100s;
+  auto first = store().claim_pending(conn(), "node-a", now, now - 60s, 0us, 3);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first[0].event_id, "r0");
+  EXPECT_EQ(first[2].event_id, "r2");
+  EXPECT_EQ(first[0].locked_by, "node-a");
+  auto second = store().claim_pending(conn(), "node-b", now, now - 60s, 0us, 10);
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[0].event_id, "r3");
+  EXPECT_TRUE(store().claim_pending(conn(), "node-c", now, now - 60s, 0us, 10).empty());
+  // 61 s later node-a's locks have expired: node-c takes them over.
+  const auto later = now + 61s;
+  auto reclaimed = store().claim_pending(conn(), "node-c", later, later - 60s, 0us, 10);
+  EXPECT_EQ(reclaimed.size(), 5u);
+  for (const auto& r : reclaimed) {
+    EXPECT_EQ(r.locked_by, "node-c");
+  }
+}
+
+TEST_P(StoreContract, ClaimSkipsNotDueAndRecentRows) {
+  insert("old", t0);
+  insert("recent", t0 + 9s);
+  store().insert_new(conn(), EventEnvelope::builder(EventType::of("L"))
+                                 .event_id("later")
+                                 .occurred_at(t0)
+                                 .deliver_after(1h)
+                                 .payload_json("{}")
+                                 .build());
+  auto rows = store().claim_pending(conn(), "n", t0 + 10s, t0, 5s, 10);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].event_id, "old");
+}
+
+TEST_P(StoreContract, DeadQueriesFilterCountAndReplay) {
+  store().insert_new(conn(), EventEnvelope::builder(EventType::of("A"))
+                                 .event_id("d1")
+                                 .occurred_at(t0)
+                                 .aggregate_type(outbox::AggregateType::of("X"))
+                                 .payload_json("{}")
+                                 .build());
+  store().insert_new(conn(), EventEnvelope::builder(EventType::of("B"))
+                                 .event_id("d2")
+                                 .occurred_at(t0 + 1s)
+                                 .payload_json("{}")
+                                 .build());
+  insert("alive", t0);
+  store().mark_dead(conn(), "d1", "e1");
+  store().mark_dead(conn(), "d2", "e2");
+  EXPECT_EQ(store().count_dead(conn(), std::nullopt), 2);
+  EXPECT_EQ(store().count_dead(conn(), "A"), 1);
+  auto all = store().query_dead(conn(), std::nullopt, std::nullopt, 10);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].event_id, "d1");
+  EXPECT_EQ(store().query_dead(conn(), std::nullopt, "X", 10).size(), 1u);
+  EXPECT_EQ(store().query_dead(conn(), "B", "X", 10).size(), 0u);
+  EXPECT_EQ(store().query_dead(conn(), std::nullopt, std::nullopt, 1).size(), 1u);
+  EXPECT_EQ(store().replay_dead(conn(), "d1", t0 + 50s), 1);
+  EXPECT_EQ(store().replay_dead(conn(), "d1", t0 + 50s), 0);
+  EXPECT_EQ(store().replay_dead(conn(), "alive", t0 + 50s), 0);
+  auto row = store().find(conn(), "d1");
+  EXPECT_EQ(row->status, EventStatus::New);
+  EXPECT_EQ(row->attempts, 0);
+  EXPECT_EQ(row->available_at, t0 + 50s);
+  EXPECT_EQ(store().count_dead(conn(), std::nullopt), 1);
+}
+
+TEST_P(StoreContract, StatusPurgerDeletesOnlyOldTerminalRowsInBatches) {
+  for (int i = 0; i < 7; ++i) {
+    insert("p" + std::to_string(i), t0);
+  }
+  for (int i = 0; i < 5; ++i) {
+    store().mark_done(conn(), "p" + std::to_string(i), t0 + 1s);
+  }
+  store().mark_dead(conn(), "p5", "x");  // dead, no done_at: judged by created_at
+  EXPECT_EQ(b_.purger->purge(conn(), t0 + 1s, 100), 1);  // only p5 is older than t0 + 1 s
+  EXPECT_EQ(b_.purger->purge(conn(), t0 + 2s, 3), 3);
+  EXPECT_EQ(b_.purger->purge(conn(), t0 + 2s, 3), 2);
+  EXPECT_EQ(b_.purger->purge(conn(), t0 + 2s, 3), 0);
+  EXPECT_TRUE(store().find(conn(), "p6"));
+}
+
+TEST_P(StoreContract, AgePurgerDeletesEveryOldRow) {
+  insert("old-new", t0);
+  insert("old-done", t0);
+  store().mark_done(conn(), "old-done", t0);
+  insert("young", t0 + 10s);
+  EXPECT_EQ(b_.age_purger->purge(conn(), t0 + 5s, 100), 2);
+  EXPECT_TRUE(store().find(conn(), "young"));
+  EXPECT_FALSE(store().find(conn(), "old-new"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, StoreContract, ::testing::Values(sqlite_backend()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(TableNames, AreValidated) {
+  EXPECT_NO_THROW(outbox::validate_table_name("outbox_event"));
+  EXPECT_NO_THROW(outbox::validate_table_name("_x9"));
+  for (const char* bad : {"", "9abc", "a-b", "a b", "t;DROP TABLE x", "\"q\""}) {
+    EXPECT_THROW(outbox::validate_table_name(bad), std::invalid_argument) << bad;
+  }
+  EXPECT_THROW(outbox::validate_table_name(std::string(64, 'a')), std::invalid_argument);
+  EXPECT_NO_THROW(outbox::validate_table_name(std::string(63, 'a')));
+  EXPECT_THROW(outbox::sqlite::SqliteOutboxStore("bad name"), std::invalid_argument);
+  EXPECT_THROW(outbox::sqlite::SqliteEventPurger("1x"), std::invalid_argument);
+}
+
+}  // namespace
