@@ -78,34 +78,44 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
 
 OutboxDispatcher::~OutboxDispatcher() { close(); }
 
-bool OutboxDispatcher::enqueue_hot(QueuedEvent event) {
+bool OutboxDispatcher::enqueue_hot(QueuedEvent event, bool reserved) {
   event.source = QueuedEvent::Source::Hot;
-  return enqueue(std::move(event), true);
+  return enqueue(std::move(event), true, reserved);
 }
 
 bool OutboxDispatcher::enqueue_cold(QueuedEvent event) {
   event.source = QueuedEvent::Source::Cold;
-  return enqueue(std::move(event), false);
+  return enqueue(std::move(event), false, false);
 }
 
-bool OutboxDispatcher::enqueue(QueuedEvent event, bool hot) {
+bool OutboxDispatcher::reserve(std::string_view event_id) {
+  std::lock_guard lock(queue_mutex_);
+  return options_.in_flight_tracker->try_acquire(event_id);
+}
+
+void OutboxDispatcher::release_reservation(std::string_view event_id) {
+  std::lock_guard lock(queue_mutex_);
+  options_.in_flight_tracker->release(event_id);
+}
+
+bool OutboxDispatcher::enqueue(QueuedEvent event, bool hot, bool reserved) {
   int hot_depth;
   int cold_depth;
   {
     std::lock_guard lock(queue_mutex_);
-    if (closing_) {
-      return false;
-    }
     auto& queue = hot ? hot_ : cold_;
     const auto capacity = hot ? options_.hot_queue_capacity : options_.cold_queue_capacity;
     const auto& id = event.envelope.event_id();
+    if (closing_ || queue.size() >= capacity) {
+      if (reserved) {
+        options_.in_flight_tracker->release(id);
+      }
+      return false;
+    }
     if (!hot && completed_ids_.count(id) != 0) {
       return true;  // completed after this scan read it: the row is no longer pending
     }
-    if (queue.size() >= capacity) {
-      return false;
-    }
-    if (!options_.in_flight_tracker->try_acquire(id)) {
+    if (!reserved && !options_.in_flight_tracker->try_acquire(id)) {
       return true;  // already queued or being processed here
     }
     queue.push_back(std::move(event));
@@ -327,27 +337,42 @@ void OutboxDispatcher::finish(const std::string& event_id) {
 }
 
 DispatcherWriterHook::DispatcherWriterHook(OutboxDispatcher& dispatcher,
-                                           std::shared_ptr<MetricsExporter> metrics,
-                                           std::shared_ptr<Clock> clock)
-    : dispatcher_(dispatcher),
-      metrics_(metrics ? std::move(metrics) : MetricsExporter::noop()),
-      clock_(clock ? std::move(clock) : Clock::system()) {}
+                                           std::shared_ptr<MetricsExporter> metrics)
+    : dispatcher_(dispatcher), metrics_(metrics ? std::move(metrics) : MetricsExporter::noop()) {}
+
+namespace {
+// Delayed events go to the poller. Decided from the envelope alone so that after_write and
+// after_commit always agree on which events were reserved.
+bool takes_hot_path(const EventEnvelope& e) {
+  return !e.available_at() || *e.available_at() <= e.occurred_at();
+}
+}  // namespace
+
+void DispatcherWriterHook::after_write(const std::vector<EventEnvelope>& events) {
+  for (const auto& e : events) {
+    if (takes_hot_path(e)) {
+      dispatcher_.reserve(e.event_id());
+    }
+  }
+}
 
 void DispatcherWriterHook::after_commit(const std::vector<EventEnvelope>& events) {
-  std::optional<Timestamp> now;
   for (const auto& e : events) {
-    if (e.available_at()) {
-      if (!now) {
-        now = clock_->now();
-      }
-      if (*e.available_at() > *now) {
-        continue;  // delayed: the poller delivers it when due
-      }
+    if (!takes_hot_path(e)) {
+      continue;
     }
-    if (!dispatcher_.enqueue_hot(QueuedEvent{e, QueuedEvent::Source::Hot, 0})) {
+    if (!dispatcher_.enqueue_hot(QueuedEvent{e, QueuedEvent::Source::Hot, 0}, true)) {
       metrics_->increment_hot_dropped();
-      log(LogLevel::Warning, "hot queue full or closed; event " + e.event_id() +
-                                 " left for the poller");
+      log(LogLevel::Warning,
+          "hot queue full or closed; event " + e.event_id() + " left for the poller");
+    }
+  }
+}
+
+void DispatcherWriterHook::after_rollback(const std::vector<EventEnvelope>& events) {
+  for (const auto& e : events) {
+    if (takes_hot_path(e)) {
+      dispatcher_.release_reservation(e.event_id());
     }
   }
 }

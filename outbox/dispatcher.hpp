@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -69,8 +70,16 @@ class OutboxDispatcher {
   OutboxDispatcher& operator=(const OutboxDispatcher&) = delete;
 
   /// Queues an event from the after-commit path. True if queued or already tracked; false if the
-  /// hot queue is full or the dispatcher is closing (the row stays for the poller).
-  bool enqueue_hot(QueuedEvent event);
+  /// hot queue is full or the dispatcher is closing (the row stays for the poller). With
+  /// `reserved`, the event was reserved before commit and the reservation is consumed (or released
+  /// on refusal).
+  bool enqueue_hot(QueuedEvent event, bool reserved = false);
+  /// Marks an event that is about to be committed as in flight, so a poll cycle that sees the
+  /// committed row before the after-commit hook runs leaves it to the hot path. False if it is
+  /// already tracked. Pair with enqueue_hot(…, true) or release_reservation().
+  bool reserve(std::string_view event_id);
+  /// Drops a reservation (the transaction rolled back).
+  void release_reservation(std::string_view event_id);
   /// Queues an event from the poller. True if queued, already tracked, or completed during the
   /// current scan; false if the cold queue is full or closing.
   bool enqueue_cold(QueuedEvent event);
@@ -88,7 +97,7 @@ class OutboxDispatcher {
   void worker_loop();
   void process(QueuedEvent& event);
   void finish(const std::string& event_id);
-  bool enqueue(QueuedEvent event, bool hot);
+  bool enqueue(QueuedEvent event, bool hot, bool reserved);
 
   Options options_;
   mutable std::mutex queue_mutex_;  // guards the queues, flags, scan bookkeeping
@@ -107,19 +116,22 @@ class OutboxDispatcher {
   std::vector<std::thread> workers_;
 };
 
-/// WriterHook that puts committed events on the dispatcher's hot queue, skipping delayed ones.
-/// A full queue is logged (warning) and counted; the poller delivers those rows. Thread-safe.
+/// WriterHook that puts committed events on the dispatcher's hot queue. Events are reserved in
+/// the dispatcher before commit (so the poller cannot deliver them a second time in the gap between
+/// commit and hook) and enqueued after it. Delayed events (available_at after occurred_at) are left
+/// to the poller. A full queue is logged (warning) and counted; the poller delivers those rows.
+/// Thread-safe.
 class DispatcherWriterHook final : public WriterHook {
  public:
   /// `dispatcher` must outlive the hook's use.
-  DispatcherWriterHook(OutboxDispatcher& dispatcher, std::shared_ptr<MetricsExporter> metrics,
-                       std::shared_ptr<Clock> clock = Clock::system());
+  DispatcherWriterHook(OutboxDispatcher& dispatcher, std::shared_ptr<MetricsExporter> metrics);
+  void after_write(const std::vector<EventEnvelope>& events) override;
   void after_commit(const std::vector<EventEnvelope>& events) override;
+  void after_rollback(const std::vector<EventEnvelope>& events) override;
 
  private:
   OutboxDispatcher& dispatcher_;
   std::shared_ptr<MetricsExporter> metrics_;
-  std::shared_ptr<Clock> clock_;
 };
 
 }  // namespace outbox

@@ -112,7 +112,7 @@ Outbox Outbox::build(Options o, Mode mode) {
         .clock = o.clock,
     });
     if (mode != Mode::Ordered) {
-      hook = std::make_shared<DispatcherWriterHook>(*outbox.dispatcher_, o.metrics, o.clock);
+      hook = std::make_shared<DispatcherWriterHook>(*outbox.dispatcher_, o.metrics);
     }
   }
   if (o.purger) {

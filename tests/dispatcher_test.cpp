@@ -1,0 +1,328 @@
+#include "outbox/dispatcher.hpp"
+
+#include <gtest/gtest.h>
+
+#include "outbox/errors.hpp"
+#include "outbox/interceptor.hpp"
+#include "outbox/metrics.hpp"
+#include "outbox/retry_policy.hpp"
+#include "tests/support/sqlite_fixture.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Gate;
+using testing::wait_until;
+
+class DispatcherTest : public testing::SqliteFixture {
+ protected:
+  OutboxDispatcher::Options options() {
+    return {.connection_provider = pool,
+            .store = store,
+            .listeners = listeners,
+            .retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(
+                std::chrono::milliseconds(1000), std::chrono::milliseconds(1000), false),
+            .max_attempts = 3,
+            .worker_count = 2,
+            .metrics = metrics};
+  }
+  // Inserts a committed row and returns its envelope.
+  EventEnvelope committed(const std::string& type, const std::string& id) {
+    auto e = EventEnvelope::builder(EventType::of(type)).event_id(id).payload_json("{}").build();
+    store->insert_new(*pool->acquire(), e);
+    return e;
+  }
+  QueuedEvent queued(const EventEnvelope& e, int attempts = 0) {
+    return QueuedEvent{e, QueuedEvent::Source::Hot, attempts};
+  }
+
+  std::shared_ptr<InMemoryMetrics> metrics = std::make_shared<InMemoryMetrics>();
+};
+
+TEST_F(DispatcherTest, DeliversAndMarksDone) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope& e) {
+    EXPECT_EQ(e.event_id(), "e1");
+    ++calls;
+  });
+  OutboxDispatcher d(options());
+  ASSERT_TRUE(d.enqueue_hot(queued(committed("A", "e1"))));
+  ASSERT_TRUE(wait_status("e1", EventStatus::Done));
+  EXPECT_EQ(calls.load(), 1);
+  d.close();
+  auto m = metrics->snapshot();
+  EXPECT_EQ(m.hot_enqueued, 1);
+  EXPECT_EQ(m.dispatch_success, 1);
+}
+
+TEST_F(DispatcherTest, UnroutableGoesDeadOnceWithoutCountingAnAttempt) {
+  OutboxDispatcher d(options());
+  d.enqueue_hot(queued(committed("Nobody", "u1")));
+  ASSERT_TRUE(wait_status("u1", EventStatus::Dead));
+  auto r = row("u1");
+  EXPECT_EQ(r->attempts, 0);
+  EXPECT_NE(r->last_error->find("no listener"), std::string::npos);
+  d.close();
+  EXPECT_EQ(metrics->snapshot().dispatch_dead, 1);
+  EXPECT_EQ(metrics->snapshot().dispatch_failure, 0);
+}
+
+TEST_F(DispatcherTest, FailureRetriesWithBackoffThenDeadAtMaxAttempts) {
+  listeners->register_listener(EventType::of("F"),
+                               [](const EventEnvelope&) { throw std::runtime_error("downstream"); });
+  OutboxDispatcher d(options());
+  const auto before = std::chrono::system_clock::now();
+  auto e = committed("F", "f1");
+  d.enqueue_hot(queued(e));
+  ASSERT_TRUE(wait_status("f1", EventStatus::Retry));
+  auto r = row("f1");
+  EXPECT_EQ(r->attempts, 1);
+  EXPECT_EQ(r->last_error, "downstream");
+  EXPECT_GE(r->available_at, before + 1000ms);
+  // Second failure (attempts 1 → 2) retries; third reaches max_attempts = 3 and goes DEAD.
+  d.enqueue_cold(queued(e, 1));
+  ASSERT_TRUE(wait_until([&] { return row("f1")->attempts == 2; }));
+  EXPECT_EQ(status("f1"), EventStatus::Retry);
+  d.enqueue_cold(queued(e, 2));
+  ASSERT_TRUE(wait_status("f1", EventStatus::Dead));
+  EXPECT_EQ(row("f1")->attempts, 3);
+  d.close();
+  EXPECT_EQ(metrics->snapshot().dispatch_failure, 2);
+  EXPECT_EQ(metrics->snapshot().dispatch_dead, 1);
+}
+
+TEST_F(DispatcherTest, RetryLaterDefersWithoutCountingOrCountsWhenAsked) {
+  listeners->register_listener(EventType::of("Later"), [](const EventEnvelope&) {
+    throw RetryLater(std::chrono::minutes(2), "rate limited");
+  });
+  listeners->register_listener(EventType::of("Counted"), [](const EventEnvelope&) {
+    throw RetryLater(std::chrono::minutes(3), "busy", true);
+  });
+  OutboxDispatcher d(options());
+  const auto before = std::chrono::system_clock::now();
+  auto later = committed("Later", "l1");
+  d.enqueue_hot(queued(later, 2));  // even at attempts = max - 1 a deferral never goes DEAD
+  auto counted = committed("Counted", "c1");
+  d.enqueue_hot(queued(counted));
+  ASSERT_TRUE(wait_status("l1", EventStatus::Retry));
+  ASSERT_TRUE(wait_status("c1", EventStatus::Retry));
+  EXPECT_EQ(row("l1")->attempts, 0);
+  EXPECT_GE(row("l1")->available_at, before + 2min);
+  EXPECT_EQ(row("l1")->last_error, "rate limited");
+  EXPECT_EQ(row("c1")->attempts, 1);
+  EXPECT_GE(row("c1")->available_at, before + 3min);
+  // A counted retry at the last attempt goes DEAD.
+  d.enqueue_cold(queued(counted, 2));
+  ASSERT_TRUE(wait_status("c1", EventStatus::Dead));
+}
+
+TEST_F(DispatcherTest, InterceptorsRunInOrderAndReverseAndSeeTheError) {
+  std::mutex m;
+  std::vector<std::string> trace;
+  auto rec = [&](std::string s) {
+    std::lock_guard lock(m);
+    trace.push_back(std::move(s));
+  };
+  listeners->register_listener(EventType::of("X"), [&](const EventEnvelope&) {
+    rec("listener");
+    throw std::runtime_error("no");
+  });
+  auto o = options();
+  o.worker_count = 1;
+  o.interceptors = {
+      EventInterceptor::before([&](const EventEnvelope&) { rec("before1"); }),
+      EventInterceptor::before([&](const EventEnvelope&) { rec("before2"); }),
+      EventInterceptor::after(
+          [&](const EventEnvelope&, std::exception_ptr e) { rec(e ? "after1:err" : "after1"); }),
+      EventInterceptor::after([&](const EventEnvelope&, std::exception_ptr) {
+        rec("after2");
+        throw std::runtime_error("ignored");
+      }),
+  };
+  OutboxDispatcher d(o);
+  d.enqueue_hot(queued(committed("X", "i1")));
+  ASSERT_TRUE(wait_status("i1", EventStatus::Retry));
+  d.close();
+  EXPECT_EQ(trace, (std::vector<std::string>{"before1", "before2", "listener", "after2",
+                                             "after1:err"}));
+}
+
+TEST_F(DispatcherTest, ThrowingBeforeInterceptorFailsTheEvent) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("X"), [&](const EventEnvelope&) { ++calls; });
+  auto o = options();
+  o.interceptors = {EventInterceptor::before(
+      [](const EventEnvelope&) { throw std::runtime_error("vetoed"); })};
+  OutboxDispatcher d(o);
+  d.enqueue_hot(queued(committed("X", "v1")));
+  ASSERT_TRUE(wait_status("v1", EventStatus::Retry));
+  EXPECT_EQ(row("v1")->last_error, "vetoed");
+  EXPECT_EQ(calls.load(), 0);
+}
+
+TEST_F(DispatcherTest, StatusWriteFailureIsCountedNotRetried) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
+  auto o = options();
+  o.store = std::make_shared<sqlite::SqliteOutboxStore>("no_such_table");
+  OutboxDispatcher d(o);
+  d.enqueue_hot(queued(committed("A", "s1")));
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().status_update_failure == 1; }));
+  d.close();
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(metrics->snapshot().dispatch_failure, 0);
+  EXPECT_EQ(status("s1"), EventStatus::New);  // left for the poller
+}
+
+TEST_F(DispatcherTest, SameEventQueuedTwiceIsDeliveredOnce) {
+  Gate gate;
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) {
+    ++calls;
+    gate.wait();
+  });
+  OutboxDispatcher d(options());
+  auto e = committed("A", "d1");
+  EXPECT_TRUE(d.enqueue_hot(queued(e)));
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 1; }));
+  EXPECT_TRUE(d.enqueue_cold(queued(e)));  // in flight: accepted as a duplicate, not queued
+  EXPECT_TRUE(d.enqueue_hot(queued(e)));
+  EXPECT_EQ(d.cold_queue_remaining_capacity(), 1000);
+  gate.open();
+  ASSERT_TRUE(wait_status("d1", EventStatus::Done));
+  d.close();
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST_F(DispatcherTest, EventCompletedDuringAScanIsNotQueuedByThatScan) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
+  OutboxDispatcher d(options());
+  auto e = committed("A", "r1");
+  const auto token = d.begin_scan();  // the poller's query would now read r1 as NEW
+  d.enqueue_hot(queued(e));
+  ASSERT_TRUE(wait_status("r1", EventStatus::Done));
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_success == 1; }));
+  EXPECT_TRUE(d.enqueue_cold(queued(e)));  // the stale read is dropped
+  d.end_scan(token);
+  d.close();
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(metrics->snapshot().cold_enqueued, 0);
+}
+
+TEST_F(DispatcherTest, TwoHotForOneColdWhenBothHaveWork) {
+  Gate gate;
+  std::mutex m;
+  std::vector<std::string> order;
+  std::atomic<bool> blocked{false};
+  listeners->register_listener(EventType::of("Block"), [&](const EventEnvelope&) {
+    blocked = true;
+    gate.wait();
+  });
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope& e) {
+    std::lock_guard lock(m);
+    order.push_back(e.event_id().substr(0, 1));
+  });
+  auto o = options();
+  o.worker_count = 1;
+  OutboxDispatcher d(o);
+  d.enqueue_hot(queued(committed("Block", "block")));
+  ASSERT_TRUE(wait_until([&] { return blocked.load(); }));
+  for (int i = 0; i < 6; ++i) {
+    d.enqueue_hot(queued(committed("A", "h" + std::to_string(i))));
+  }
+  for (int i = 0; i < 3; ++i) {
+    d.enqueue_cold(queued(committed("A", "c" + std::to_string(i))));
+  }
+  gate.open();
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(m);
+    return order.size() == 9;
+  }));
+  d.close();
+  EXPECT_EQ(order, (std::vector<std::string>{"h", "h", "c", "h", "h", "c", "h", "h", "c"}));
+}
+
+TEST_F(DispatcherTest, FullQueueAndClosedDispatcherRefuse) {
+  Gate gate;
+  std::atomic<bool> blocked{false};
+  listeners->register_listener(EventType::of("Block"), [&](const EventEnvelope&) {
+    blocked = true;
+    gate.wait();
+  });
+  listeners->register_listener(EventType::of("A"), [](const EventEnvelope&) {});
+  auto o = options();
+  o.worker_count = 1;
+  o.hot_queue_capacity = 2;
+  OutboxDispatcher d(o);
+  d.enqueue_hot(queued(committed("Block", "b")));
+  ASSERT_TRUE(wait_until([&] { return blocked.load(); }));
+  EXPECT_TRUE(d.enqueue_hot(queued(committed("A", "x0"))));
+  EXPECT_TRUE(d.enqueue_hot(queued(committed("A", "x1"))));
+  EXPECT_FALSE(d.enqueue_hot(queued(committed("A", "x2"))));
+  gate.open();
+  d.close();
+  EXPECT_FALSE(d.enqueue_hot(queued(committed("A", "x3"))));
+  EXPECT_FALSE(d.enqueue_cold(queued(committed("A", "x4"))));
+  EXPECT_EQ(d.cold_queue_remaining_capacity(), 0);
+  EXPECT_EQ(status("x1"), EventStatus::Done);  // drained on close
+  EXPECT_EQ(status("x2"), EventStatus::New);   // refused: left for the poller
+}
+
+TEST_F(DispatcherTest, CloseDrainsQueuedEvents) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
+  OutboxDispatcher d(options());
+  for (int i = 0; i < 200; ++i) {
+    d.enqueue_hot(queued(committed("A", "q" + std::to_string(i))));
+  }
+  d.close();
+  EXPECT_EQ(calls.load(), 200);
+  EXPECT_EQ(count(EventStatus::Done), 200);
+}
+
+TEST_F(DispatcherTest, DrainTimeoutLeavesTheRestInTheTable) {
+  Gate gate;
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) {
+    ++calls;
+    gate.wait();
+  });
+  auto o = options();
+  o.worker_count = 1;
+  o.drain_timeout = std::chrono::milliseconds(0);
+  auto d = std::make_unique<OutboxDispatcher>(o);
+  for (int i = 0; i < 10; ++i) {
+    d->enqueue_hot(queued(committed("A", "t" + std::to_string(i))));
+  }
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 1; }));
+  auto late = committed("A", "late");
+  std::thread closer([&] { d->close(); });
+  const bool refused = wait_until([&] { return !d->enqueue_hot(queued(late)); });
+  gate.open();
+  closer.join();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(count(EventStatus::Done), 1);
+  EXPECT_EQ(count(EventStatus::New), 10);  // 9 abandoned + "late"
+}
+
+TEST_F(DispatcherTest, OptionsAreValidated) {
+  auto bad = [&](auto mutate) {
+    auto o = options();
+    mutate(o);
+    EXPECT_THROW(OutboxDispatcher{o}, std::invalid_argument);
+  };
+  bad([](auto& o) { o.connection_provider = nullptr; });
+  bad([](auto& o) { o.store = nullptr; });
+  bad([](auto& o) { o.listeners = nullptr; });
+  bad([](auto& o) { o.max_attempts = 0; });
+  bad([](auto& o) { o.worker_count = 0; });
+  bad([](auto& o) { o.hot_queue_capacity = 0; });
+  bad([](auto& o) { o.cold_queue_capacity = 0; });
+  bad([](auto& o) { o.interceptors = {nullptr}; });
+}
+
+}  // namespace
+}  // namespace outbox

@@ -1,0 +1,419 @@
+// The Outbox composite end to end on a real SQLite file, including the four acceptance tests of
+// original-core-spec.md §14.
+
+#include "outbox/outbox.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "outbox/dead_event_manager.hpp"
+#include "outbox/dispatcher.hpp"
+#include "outbox/errors.hpp"
+#include "outbox/metrics.hpp"
+#include "outbox/purge.hpp"
+#include "outbox/retry_policy.hpp"
+#include "tests/support/sqlite_fixture.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Gate;
+using testing::wait_until;
+
+class OutboxTest : public testing::SqliteFixture {
+ protected:
+  Outbox::Options options() {
+    return {.connection_provider = pool,
+            .tx_context = tx_context,
+            .store = store,
+            .listeners = listeners,
+            .metrics = metrics,
+            .poll_interval = 1h,  // tests drive the poller with poll() unless they say otherwise
+            .retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(1ms, 1ms, false)};
+  }
+  // Writes one event in its own committed transaction; returns the id.
+  std::string commit_one(Outbox& ob, const std::string& type, const std::string& payload = "{}") {
+    auto t = tx->begin();
+    auto id = ob.writer().write(EventType::of(type), payload);
+    t.commit();
+    return *id;
+  }
+
+  std::shared_ptr<InMemoryMetrics> metrics = std::make_shared<InMemoryMetrics>();
+};
+
+// Acceptance 1: a rolled-back transaction leaves no row and delivers nothing.
+TEST_F(OutboxTest, AcceptanceAtomicity) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("OrderPlaced"), [&](const auto&) { ++calls; });
+  auto ob = Outbox::single_node(options());
+  std::string id;
+  {
+    auto t = tx->begin();
+    t.connection().execute("CREATE TABLE orders (id TEXT)");
+    t.connection().execute("INSERT INTO orders VALUES ('o1')");
+    id = *ob.writer().write(EventType::of("OrderPlaced"), R"({"id":"o1"})");
+    t.rollback();
+  }
+  ob.poller()->poll();
+  ob.close();
+  EXPECT_FALSE(row(id));
+  EXPECT_EQ(calls.load(), 0);
+  EXPECT_EQ(metrics->snapshot().hot_enqueued, 0);
+}
+
+// Acceptance 2: commit → the hot path delivers and the row is DONE, without the poller.
+TEST_F(OutboxTest, AcceptanceCommitAndFastPath) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("OrderPlaced"), [&](const EventEnvelope& e) {
+    EXPECT_EQ(e.payload_json(), R"({"id":"o1"})");
+    ++calls;
+  });
+  auto ob = Outbox::single_node(options());
+  auto id = commit_one(ob, "OrderPlaced", R"({"id":"o1"})");
+  ASSERT_TRUE(wait_status(id, EventStatus::Done));
+  ob.close();
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(metrics->snapshot().hot_enqueued, 1);
+  EXPECT_EQ(metrics->snapshot().cold_enqueued, 0);
+}
+
+// Acceptance 3: a full hot queue downgrades to the poller; the write still succeeds.
+TEST_F(OutboxTest, AcceptanceQueueOverflowDowngrade) {
+  Gate gate;
+  std::atomic<bool> blocked{false};
+  std::atomic<int> delivered{0};
+  listeners->register_listener(EventType::of("Block"), [&](const auto&) {
+    blocked = true;
+    gate.wait();
+  });
+  listeners->register_listener(EventType::of("E"), [&](const auto&) { ++delivered; });
+  auto o = options();
+  o.worker_count = 1;
+  o.hot_queue_capacity = 1;
+  auto ob = Outbox::single_node(o);
+  auto block = commit_one(ob, "Block");
+  ASSERT_TRUE(wait_until([&] { return blocked.load(); }));
+  auto queued = commit_one(ob, "E");   // fills the hot queue
+  auto dropped = commit_one(ob, "E");  // hot queue full: dropped, stays NEW
+  EXPECT_EQ(metrics->snapshot().hot_dropped, 1);
+  EXPECT_EQ(status(dropped), EventStatus::New);
+  gate.open();
+  ASSERT_TRUE(wait_status(queued, EventStatus::Done));
+  EXPECT_EQ(status(dropped), EventStatus::New);
+  ASSERT_TRUE(wait_until([&] {
+    ob.poller()->poll();
+    return status(dropped) == EventStatus::Done;
+  }));
+  ob.close();
+  EXPECT_EQ(delivered.load(), 2);
+  EXPECT_EQ(status(block), EventStatus::Done);
+}
+
+// Acceptance 4: a listener that keeps failing goes RETRY with growing attempts, then DEAD.
+TEST_F(OutboxTest, AcceptanceRetryThenDead) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("Bad"), [&](const auto&) {
+    ++calls;
+    throw std::runtime_error("broker down");
+  });
+  auto o = options();
+  o.max_attempts = 3;
+  auto ob = Outbox::single_node(o);
+  auto id = commit_one(ob, "Bad");
+  ASSERT_TRUE(wait_status(id, EventStatus::Retry));
+  EXPECT_EQ(row(id)->attempts, 1);
+  ASSERT_TRUE(wait_until([&] {
+    ob.poller()->poll();
+    return status(id) == EventStatus::Dead;
+  }));
+  ob.close();
+  EXPECT_EQ(row(id)->attempts, 3);
+  EXPECT_EQ(row(id)->last_error, "broker down");
+  EXPECT_EQ(calls.load(), 3);
+}
+
+TEST_F(OutboxTest, DelayedEventSkipsTheHotPathAndIsPolledWhenDue) {
+  auto clock = std::make_shared<testing::ManualClock>();
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("Reminder"), [&](const auto&) { ++calls; });
+  auto o = options();
+  o.clock = clock;
+  auto ob = Outbox::single_node(o);
+  std::string id;
+  {
+    auto t = tx->begin();
+    id = *ob.writer().write(EventEnvelope::builder(EventType::of("Reminder"))
+                                .occurred_at(clock->now())
+                                .deliver_after(30s)
+                                .payload_json("{}")
+                                .build());
+    t.commit();
+  }
+  EXPECT_EQ(metrics->snapshot().hot_enqueued, 0);
+  EXPECT_EQ(ob.poller()->poll(), 0);
+  clock->advance(30s);
+  EXPECT_EQ(ob.poller()->poll(), 1);
+  ASSERT_TRUE(wait_status(id, EventStatus::Done));
+  ob.close();
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST_F(OutboxTest, WriterRequiresATransactionAndHonoursHooks) {
+  listeners->register_listener(EventType::of("E"), [](const auto&) {});
+  auto ob = Outbox::single_node(options());
+  EXPECT_THROW(ob.writer().write(EventType::of("E"), "{}"), std::logic_error);
+  EXPECT_THROW(OutboxWriter(nullptr, store), std::invalid_argument);
+
+  struct Suppress : WriterHook {
+    std::vector<EventEnvelope> before_write(std::vector<EventEnvelope> events) override {
+      std::erase_if(events, [](const auto& e) { return e.event_type() == "Secret"; });
+      return events;
+    }
+    void after_commit(const std::vector<EventEnvelope>& events) override {
+      ++commits;
+      seen += static_cast<int>(events.size());
+      throw std::runtime_error("hook failure must not propagate");
+    }
+    void after_rollback(const std::vector<EventEnvelope>&) override { ++rollbacks; }
+    std::atomic<int> commits{0}, rollbacks{0}, seen{0};
+  };
+  auto hook = std::make_shared<Suppress>();
+  OutboxWriter w(tx_context, store, hook);
+  {
+    auto t = tx->begin();
+    EXPECT_FALSE(w.write(EventType::of("Secret"), "{}"));
+    auto ids = w.write_all({EventEnvelope::of_json(EventType::of("E"), "{}"),
+                            EventEnvelope::of_json(EventType::of("Secret"), "{}"),
+                            EventEnvelope::of_json(EventType::of("E"), "{}")});
+    EXPECT_EQ(ids.size(), 2u);
+    t.commit();
+  }
+  EXPECT_EQ(hook->commits.load(), 1);  // one callback per write_all batch; suppressed write: none
+  EXPECT_EQ(hook->seen.load(), 2);
+  {
+    auto t = tx->begin();
+    w.write(EventType::of("E"), "{}");
+  }
+  EXPECT_EQ(hook->rollbacks.load(), 1);
+  EXPECT_EQ(count(EventStatus::New), 2);
+}
+
+TEST_F(OutboxTest, WriteAllUsesOneTransactionAndOneHotEnqueuePerEvent) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("E"), [&](const auto&) { ++calls; });
+  auto ob = Outbox::single_node(options());
+  std::vector<EventEnvelope> batch;
+  for (int i = 0; i < 25; ++i) {
+    batch.push_back(EventEnvelope::of_json(EventType::of("E"), "{}"));
+  }
+  {
+    auto t = tx->begin();
+    EXPECT_EQ(ob.writer().write_all(batch).size(), 25u);
+    t.commit();
+  }
+  ASSERT_TRUE(wait_until([&] { return count(EventStatus::Done) == 25; }));
+  ob.close();
+  EXPECT_EQ(calls.load(), 25);
+}
+
+TEST_F(OutboxTest, NoDuplicateDeliveryWhileThePollerRacesTheHotPath) {
+  std::mutex m;
+  std::map<std::string, int> deliveries;
+  listeners->register_listener(EventType::of("E"), [&](const EventEnvelope& e) {
+    std::lock_guard lock(m);
+    ++deliveries[e.event_id()];
+  });
+  auto o = options();
+  o.poll_interval = 1ms;  // poll constantly so it reads rows the hot path is delivering
+  o.hot_queue_capacity = 16;  // force some events onto the cold path too
+  auto ob = Outbox::single_node(o);
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 300;
+  std::vector<std::thread> writers;
+  for (int t = 0; t < kThreads; ++t) {
+    writers.emplace_back([&] {
+      for (int i = 0; i < kPerThread; ++i) {
+        commit_one(ob, "E");
+      }
+    });
+  }
+  for (auto& w : writers) {
+    w.join();
+  }
+  ASSERT_TRUE(wait_until([&] { return count(EventStatus::Done) == kThreads * kPerThread; }, 120s));
+  ob.close();
+  std::lock_guard lock(m);
+  EXPECT_EQ(deliveries.size(), static_cast<std::size_t>(kThreads * kPerThread));
+  int duplicates = 0;
+  for (const auto& [id, n] : deliveries) {
+    duplicates += n - 1;
+  }
+  EXPECT_EQ(duplicates, 0);
+}
+
+TEST_F(OutboxTest, MultiNodeRequiresClaimLockingAndClaimsPolledRows) {
+  EXPECT_THROW(Outbox::multi_node(options()), std::invalid_argument);
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("E"), [&](const auto&) { ++calls; });
+  // A row written by a writer-only process (no hot path): the multi-node poller must claim it.
+  {
+    auto w = Outbox::writer_only({.tx_context = tx_context, .store = store});
+    EXPECT_EQ(w.dispatcher(), nullptr);
+    EXPECT_EQ(w.poller(), nullptr);
+    commit_one(w, "E");
+  }
+  auto o = options();
+  o.claim_locking = ClaimLocking{"node-a", std::chrono::milliseconds(60000)};
+  auto ob = Outbox::multi_node(o);
+  ASSERT_TRUE(wait_until([&] {
+    ob.poller()->poll();
+    return count(EventStatus::Done) == 1;
+  }));
+  ob.close();
+  EXPECT_EQ(calls.load(), 1);
+}
+
+TEST_F(OutboxTest, OrderedModeDeliversInInsertionOrderAndFailsStraightToDead) {
+  std::mutex m;
+  std::vector<std::string> seen;
+  listeners->register_listener(EventType::of("Step"), [&](const EventEnvelope& e) {
+    std::lock_guard lock(m);
+    seen.push_back(std::string(e.payload_json()));
+    if (e.payload_json() == "\"3\"") {
+      throw std::runtime_error("step 3 failed");
+    }
+  });
+  auto o = options();
+  o.worker_count = 8;  // forced to 1
+  o.max_attempts = 10;  // forced to 1
+  auto ob = Outbox::ordered(o);
+  std::string third;
+  for (int i = 1; i <= 6; ++i) {
+    auto id = commit_one(ob, "Step", "\"" + std::to_string(i) + "\"");
+    if (i == 3) {
+      third = id;
+    }
+  }
+  EXPECT_EQ(metrics->snapshot().hot_enqueued, 0);  // no hot path
+  ASSERT_TRUE(wait_until([&] {
+    ob.poller()->poll();
+    return count(EventStatus::Done) == 5;
+  }));
+  ob.close();
+  EXPECT_EQ(seen, (std::vector<std::string>{"\"1\"", "\"2\"", "\"3\"", "\"4\"", "\"5\"", "\"6\""}));
+  EXPECT_EQ(status(third), EventStatus::Dead);
+  EXPECT_EQ(row(third)->attempts, 1);
+  auto with_claim = options();
+  with_claim.claim_locking = ClaimLocking{"x", 1000ms};
+  EXPECT_THROW(Outbox::ordered(with_claim), std::invalid_argument);
+}
+
+TEST_F(OutboxTest, RequiredFieldsAreChecked) {
+  auto bad = [&](auto mutate, auto factory) {
+    auto o = options();
+    mutate(o);
+    EXPECT_THROW(factory(std::move(o)), std::invalid_argument);
+  };
+  bad([](auto& o) { o.tx_context = nullptr; }, &Outbox::single_node);
+  bad([](auto& o) { o.store = nullptr; }, &Outbox::single_node);
+  bad([](auto& o) { o.connection_provider = nullptr; }, &Outbox::single_node);
+  bad([](auto& o) { o.listeners = nullptr; }, &Outbox::ordered);
+  bad([](auto& o) { o.worker_count = 0; }, &Outbox::single_node);
+  bad(
+      [this](auto& o) {
+        o.connection_provider = nullptr;
+        o.purger = std::make_shared<sqlite::SqliteAgeBasedPurger>();
+      },
+      &Outbox::writer_only);
+  (void)this;
+}
+
+TEST_F(OutboxTest, WriterOnlyPurgesByAge) {
+  auto o = options();
+  o.listeners = nullptr;
+  o.purger = std::make_shared<sqlite::SqliteAgeBasedPurger>();
+  o.purge_retention = 0s;
+  o.purge_interval = 1h;
+  {
+    auto w = Outbox::writer_only(options());
+    commit_one(w, "E");
+    commit_one(w, "E");
+  }
+  EXPECT_EQ(count(EventStatus::New), 2);
+  auto ob = Outbox::writer_only(o);  // the purge schedule runs once at start
+  ASSERT_TRUE(wait_until([&] { return count(EventStatus::New) == 0; }));
+  ob.close();
+}
+
+TEST_F(OutboxTest, PurgeSchedulerDeletesTerminalRowsInBatches) {
+  auto clock = std::make_shared<testing::ManualClock>();
+  auto conn = pool->acquire();
+  for (int i = 0; i < 12; ++i) {
+    auto id = "p" + std::to_string(i);
+    store->insert_new(*conn, EventEnvelope::builder(EventType::of("E"))
+                                 .event_id(id)
+                                 .occurred_at(clock->now() - 10 * 24h)
+                                 .payload_json("{}")
+                                 .build());
+    if (i < 10) {
+      store->mark_done(*conn, id, clock->now() - 8 * 24h);
+    }
+  }
+  OutboxPurgeScheduler s({.connection_provider = pool,
+                          .purger = std::make_shared<sqlite::SqliteEventPurger>(),
+                          .batch_size = 3,
+                          .clock = clock});
+  EXPECT_EQ(s.run_once(), 10);
+  EXPECT_EQ(count(EventStatus::New), 2);
+  s.close();
+  EXPECT_THROW(s.start(), std::logic_error);
+  EXPECT_THROW(OutboxPurgeScheduler({.connection_provider = pool}), std::invalid_argument);
+}
+
+TEST_F(OutboxTest, DeadEventManagerQueriesAndReplays) {
+  auto conn = pool->acquire();
+  for (int i = 0; i < 5; ++i) {
+    auto e = EventEnvelope::builder(EventType::of(i < 3 ? "A" : "B"))
+                 .event_id("x" + std::to_string(i))
+                 .payload_json("{}")
+                 .build();
+    store->insert_new(*conn, e);
+    store->mark_dead(*conn, e.event_id(), "boom");
+  }
+  DeadEventManager dead(pool, store);
+  EXPECT_EQ(dead.count(), 5);
+  EXPECT_EQ(dead.count("A"), 3);
+  EXPECT_EQ(dead.query("B", std::nullopt, 10).size(), 2u);
+  EXPECT_TRUE(dead.replay("x4"));
+  EXPECT_FALSE(dead.replay("x4"));
+  EXPECT_EQ(dead.replay_all("A", std::nullopt, 2), 3);
+  EXPECT_EQ(dead.count(), 1);
+  EXPECT_EQ(count(EventStatus::New), 4);
+
+  DeadEventManager broken(pool, std::make_shared<sqlite::SqliteOutboxStore>("missing"));
+  EXPECT_EQ(broken.count(), 0);
+  EXPECT_TRUE(broken.query(std::nullopt, std::nullopt, 10).empty());
+  EXPECT_FALSE(broken.replay("x0"));
+  EXPECT_EQ(broken.replay_all(std::nullopt, std::nullopt), 0);
+}
+
+TEST_F(OutboxTest, CloseDrainsAndLaterWritesStayForTheNextProcess) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("E"), [&](const auto&) { ++calls; });
+  auto ob = Outbox::single_node(options());
+  for (int i = 0; i < 50; ++i) {
+    commit_one(ob, "E");
+  }
+  ob.close();
+  EXPECT_EQ(calls.load(), 50);
+  auto late = commit_one(ob, "E");  // the writer still works; the dispatcher refuses
+  EXPECT_EQ(status(late), EventStatus::New);
+  EXPECT_EQ(metrics->snapshot().hot_dropped, 1);
+  ob.close();
+}
+
+}  // namespace
+}  // namespace outbox

@@ -1,0 +1,179 @@
+#include "outbox/poller.hpp"
+
+#include <gtest/gtest.h>
+
+#include "outbox/dispatcher.hpp"
+#include "outbox/metrics.hpp"
+#include "tests/support/sqlite_fixture.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::wait_until;
+
+// Records what a poll cycle hands over, with a configurable capacity.
+class RecordingHandler final : public OutboxPollerHandler {
+ public:
+  bool handle(const EventEnvelope& e, int attempts) override {
+    std::lock_guard lock(mutex);
+    ids.push_back(e.event_id());
+    last_attempts = attempts;
+    return static_cast<int>(ids.size()) < stop_after;
+  }
+  int available_capacity() const override { return capacity; }
+  void begin_cycle() override { ++cycles; }
+
+  std::mutex mutex;
+  std::vector<std::string> ids;
+  int last_attempts = -1;
+  int capacity = INT_MAX;
+  int stop_after = INT_MAX;
+  std::atomic<int> cycles{0};
+};
+
+class PollerTest : public testing::SqliteFixture {
+ protected:
+  OutboxPoller::Options options() {
+    return {.connection_provider = pool,
+            .store = store,
+            .handler = handler,
+            .batch_size = 50,
+            .interval = 10s,
+            .metrics = metrics,
+            .clock = clock};
+  }
+  void insert(const std::string& id, Timestamp at, std::string type = "A") {
+    store->insert_new(*pool->acquire(), EventEnvelope::builder(EventType::of(type))
+                                            .event_id(id)
+                                            .occurred_at(at)
+                                            .payload_json("{}")
+                                            .build());
+  }
+
+  std::shared_ptr<testing::ManualClock> clock = std::make_shared<testing::ManualClock>();
+  std::shared_ptr<RecordingHandler> handler = std::make_shared<RecordingHandler>();
+  std::shared_ptr<InMemoryMetrics> metrics = std::make_shared<InMemoryMetrics>();
+};
+
+TEST_F(PollerTest, HandsPendingRowsOverOldestFirstAndRecordsLag) {
+  insert("b", clock->now() - 2s);
+  insert("a", clock->now() - 3s);
+  OutboxPoller p(options());
+  EXPECT_EQ(p.poll(), 2);
+  EXPECT_EQ(handler->ids, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(handler->last_attempts, 0);
+  EXPECT_EQ(metrics->snapshot().oldest_lag_ms, 3000);
+  EXPECT_EQ(handler->cycles.load(), 1);
+}
+
+TEST_F(PollerTest, SkipsTheCycleWithoutCapacityAndLimitsToCapacity) {
+  for (int i = 0; i < 5; ++i) {
+    insert("e" + std::to_string(i), clock->now() - 1s);
+  }
+  handler->capacity = 0;
+  OutboxPoller p(options());
+  EXPECT_EQ(p.poll(), 0);
+  EXPECT_TRUE(handler->ids.empty());
+  handler->capacity = 3;
+  EXPECT_EQ(p.poll(), 3);
+}
+
+TEST_F(PollerTest, HandlerRefusalStopsTheCycle) {
+  for (int i = 0; i < 5; ++i) {
+    insert("e" + std::to_string(i), clock->now() - 1s);
+  }
+  handler->stop_after = 2;
+  OutboxPoller p(options());
+  EXPECT_EQ(p.poll(), 1);
+  EXPECT_EQ(handler->ids.size(), 2u);
+}
+
+TEST_F(PollerTest, SkipRecentLeavesYoungRowsToTheHotPath) {
+  insert("old", clock->now() - 5s);
+  insert("young", clock->now() - 100ms);
+  auto o = options();
+  o.skip_recent = 1s;
+  OutboxPoller p(o);
+  EXPECT_EQ(p.poll(), 1);
+  EXPECT_EQ(handler->ids, std::vector<std::string>{"old"});
+}
+
+TEST_F(PollerTest, UndecodableHeadersGoDeadWithTheError) {
+  insert("good", clock->now() - 1s);
+  insert("bad", clock->now() - 2s);
+  pool->acquire()->execute("UPDATE outbox_event SET headers = '{\"k\": 42' WHERE event_id = 'bad'");
+  OutboxPoller p(options());
+  EXPECT_EQ(p.poll(), 1);
+  EXPECT_EQ(handler->ids, std::vector<std::string>{"good"});
+  auto r = row("bad");
+  EXPECT_EQ(r->status, EventStatus::Dead);
+  EXPECT_NE(r->last_error->find("decode failure"), std::string::npos) << *r->last_error;
+  EXPECT_EQ(metrics->snapshot().dispatch_dead, 1);
+}
+
+TEST_F(PollerTest, ClaimLockingTakesEachRowOnceUntilExpiry) {
+  for (int i = 0; i < 4; ++i) {
+    insert("c" + std::to_string(i), clock->now() - 1s);
+  }
+  auto o1 = options();
+  o1.claim_locking = ClaimLocking{"node-1", std::chrono::milliseconds(60000)};
+  auto other = std::make_shared<RecordingHandler>();
+  auto o2 = o1;
+  o2.claim_locking->owner = "node-2";
+  o2.handler = other;
+  OutboxPoller p1(o1);
+  OutboxPoller p2(o2);
+  EXPECT_EQ(p1.poll(), 4);
+  EXPECT_EQ(p2.poll(), 0);
+  EXPECT_EQ(row("c0")->locked_by, "node-1");
+  clock->advance(61s);
+  EXPECT_EQ(p2.poll(), 4);  // node-1 never finished: its claims expired
+  EXPECT_EQ(row("c3")->locked_by, "node-2");
+  EXPECT_EQ(p1.owner(), "node-1");
+}
+
+TEST_F(PollerTest, GeneratesAnOwnerWhenNoneIsGiven) {
+  auto o = options();
+  o.claim_locking = ClaimLocking{};
+  OutboxPoller p(o);
+  EXPECT_EQ(p.owner().rfind("poller-", 0), 0u);
+}
+
+TEST_F(PollerTest, BackgroundLoopPollsAndStartAfterCloseThrows) {
+  insert("bg", clock->now() - 1s);
+  auto o = options();
+  o.interval = 5ms;
+  OutboxPoller p(o);
+  p.start();
+  p.start();  // idempotent while running
+  ASSERT_TRUE(wait_until([&] { return handler->cycles.load() >= 3; }));
+  p.close();
+  p.close();
+  EXPECT_THROW(p.start(), std::logic_error);
+}
+
+TEST_F(PollerTest, DatabaseErrorsAreLoggedNotThrown) {
+  auto o = options();
+  o.store = std::make_shared<sqlite::SqliteOutboxStore>("missing");
+  OutboxPoller p(o);
+  EXPECT_EQ(p.poll(), 0);
+}
+
+TEST_F(PollerTest, OptionsAreValidated) {
+  auto bad = [&](auto mutate) {
+    auto o = options();
+    mutate(o);
+    EXPECT_THROW(OutboxPoller{o}, std::invalid_argument);
+  };
+  bad([](auto& o) { o.connection_provider = nullptr; });
+  bad([](auto& o) { o.store = nullptr; });
+  bad([](auto& o) { o.handler = nullptr; });
+  bad([](auto& o) { o.batch_size = 0; });
+  bad([](auto& o) { o.interval = 0ms; });
+  bad([](auto& o) { o.skip_recent = -1us; });
+  bad([](auto& o) { o.claim_locking = ClaimLocking{"x", 0ms}; });
+}
+
+}  // namespace
+}  // namespace outbox
