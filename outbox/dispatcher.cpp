@@ -284,13 +284,17 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
     }
   }
 
+  if (outcome == Outcome::Done) {
+    options_.metrics->increment_dispatch_success();
+    complete_done(event.event_id());
+    return;
+  }
   try {
     auto conn = options_.connection_provider->acquire();
     auto& store = *options_.store;
     const auto& id = event.event_id();
     switch (outcome) {
       case Outcome::Done:
-        store.mark_done(*conn, id, now);
         break;
       case Outcome::Retry:
         store.mark_retry(*conn, id, next_at, message);
@@ -309,7 +313,6 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
   }
   switch (outcome) {
     case Outcome::Done:
-      options_.metrics->increment_dispatch_success();
       break;
     case Outcome::Retry:
     case Outcome::Deferred:
@@ -324,6 +327,35 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
       break;
   }
   finish(event.event_id());
+}
+
+void OutboxDispatcher::complete_done(std::string event_id) {
+  std::unique_lock lock(done_mutex_);
+  pending_done_.push_back(std::move(event_id));
+  if (flushing_) {
+    return;  // the flushing worker picks this id up before it stops
+  }
+  flushing_ = true;
+  while (!pending_done_.empty()) {
+    std::vector<std::string> batch;
+    batch.swap(pending_done_);
+    lock.unlock();
+    try {
+      auto conn = options_.connection_provider->acquire();
+      options_.store->mark_done_batch(*conn, batch, options_.clock->now());
+    } catch (const std::exception& e) {
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        options_.metrics->increment_status_update_failure();
+      }
+      log(LogLevel::Error, "OutboxDispatcher: could not mark " + std::to_string(batch.size()) +
+                               " events DONE (the poller will deliver them again): " + e.what());
+    }
+    for (const auto& id : batch) {
+      finish(id);
+    }
+    lock.lock();
+  }
+  flushing_ = false;
 }
 
 void OutboxDispatcher::finish(const std::string& event_id) {

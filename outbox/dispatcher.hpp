@@ -41,6 +41,12 @@ struct QueuedEvent {
 
 /// Runs listeners for queued events and records DONE / RETRY / DEAD. Thread-safe.
 ///
+/// DONE marks are group-committed: a worker that finishes an event while another worker is
+/// writing DONE marks hands its id over and moves on; the writing worker flushes every id that
+/// accumulated in one UPDATE. At low load each mark is written at once; under load one statement
+/// covers many events. A crash loses at most the ids of one flush in progress, which the poller
+/// delivers again (at-least-once).
+///
 /// An event is tracked from enqueue until its status is written, so the poller cannot queue it a
 /// second time meanwhile; a poll cycle bracketed by begin_scan()/end_scan() also skips events that
 /// completed after the cycle's query started (their row may have been read while still pending).
@@ -97,6 +103,7 @@ class OutboxDispatcher {
   void worker_loop();
   void process(QueuedEvent& event);
   void finish(const std::string& event_id);
+  void complete_done(std::string event_id);
   bool enqueue(QueuedEvent event, bool hot, bool reserved);
 
   Options options_;
@@ -112,6 +119,9 @@ class OutboxDispatcher {
   std::multiset<std::uint64_t> active_scans_;
   std::deque<std::pair<std::uint64_t, std::string>> completed_log_;
   std::unordered_set<std::string> completed_ids_;
+  std::mutex done_mutex_;  // guards pending_done_, flushing_
+  std::vector<std::string> pending_done_;
+  bool flushing_ = false;
   std::mutex close_mutex_;  // serialises close()
   std::vector<std::thread> workers_;
 };

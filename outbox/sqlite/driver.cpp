@@ -2,6 +2,9 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
 #include <unordered_map>
 
 #include "outbox/errors.hpp"
@@ -68,6 +71,14 @@ class SqliteConnection final : public sql::Connection {
   void commit() override { simple("COMMIT"); }
   void rollback() override { simple("ROLLBACK"); }
   bool in_transaction() const override { return sqlite3_get_autocommit(db_) == 0; }
+
+  // SQLite's own busy_timeout sleeps 1, 2, 5, 10 … 100 ms between tries; a writer holding the lock
+  // for a few hundred microseconds then costs a waiting worker milliseconds. This handler retries
+  // after 20 µs, doubling up to 1 ms, until the timeout is spent.
+  void set_busy_timeout(std::chrono::milliseconds timeout) {
+    busy_timeout_ = timeout;
+    sqlite3_busy_handler(db_, &SqliteConnection::on_busy, this);
+  }
   std::string_view dialect() const override { return "sqlite"; }
 
  private:
@@ -190,8 +201,23 @@ class SqliteConnection final : public sql::Connection {
     }
   }
 
+  static int on_busy(void* self, int count) {
+    auto* c = static_cast<SqliteConnection*>(self);
+    const auto now = std::chrono::steady_clock::now();
+    if (count == 0) {
+      c->busy_since_ = now;
+    } else if (now - c->busy_since_ >= c->busy_timeout_) {
+      return 0;  // give up: the statement fails with SQLITE_BUSY
+    }
+    const auto pause = std::chrono::microseconds(20L << std::min(count, 6));
+    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(pause, std::chrono::milliseconds(1)));
+    return 1;
+  }
+
   sqlite3* db_;
   bool owned_;
+  std::chrono::milliseconds busy_timeout_{0};
+  std::chrono::steady_clock::time_point busy_since_;
   std::unordered_map<std::string, sqlite3_stmt*> cache_;
 };
 
@@ -208,7 +234,7 @@ std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions
     throw StoreError("sqlite: cannot open '" + path + "': " + msg);
   }
   auto conn = std::make_unique<SqliteConnection>(db, true);
-  sqlite3_busy_timeout(db, static_cast<int>(options.busy_timeout.count()));
+  conn->set_busy_timeout(options.busy_timeout);
   if (options.wal) {
     conn->query("PRAGMA journal_mode=WAL");
   }
