@@ -42,8 +42,7 @@ class LatencyBook {
     std::lock_guard lock(mutex_);
     auto it = commit_at_.find(id);
     if (it != commit_at_.end()) {
-      latencies_us_.push_back(
-          std::chrono::duration<double, std::micro>(now - it->second).count());
+      latencies_us_.push_back(std::chrono::duration<double, std::micro>(now - it->second).count());
       commit_at_.erase(it);
     }
   }
@@ -80,8 +79,14 @@ bool wait_for(const std::function<bool()>& cond, std::chrono::seconds timeout = 
   return true;
 }
 
+// Restores the default log sink when the demo's counters go out of scope.
+struct LogSinkGuard {
+  ~LogSinkGuard() { outbox::set_log_sink({}); }
+};
+
 int run(const std::string& path) {
   std::atomic<int> warnings{0};
+  LogSinkGuard sink_guard;
   outbox::set_log_sink([&](outbox::LogLevel level, std::string_view msg) {
     if (level == outbox::LogLevel::Warning) {
       ++warnings;  // hot-queue drops and retries are expected here; counted in the summary
@@ -140,9 +145,9 @@ int run(const std::string& path) {
   auto place_order = [&](int n, const std::string& type) {
     auto t = tx.begin();
     const std::string order_id = "order-" + std::to_string(n);
-    t.connection().execute("INSERT INTO orders VALUES (?, ?, ?)",
-                           {order_id, std::string("customer-") + std::to_string(n % 17),
-                            std::int64_t{1000 + n}});
+    t.connection().execute(
+        "INSERT INTO orders VALUES (?, ?, ?)",
+        {order_id, std::string("customer-") + std::to_string(n % 17), std::int64_t{1000 + n}});
     auto event = outbox::EventEnvelope::builder(outbox::EventType::of(type))
                      .aggregate_type(outbox::AggregateType::of("Order"))
                      .aggregate_id(order_id)
@@ -179,10 +184,11 @@ int run(const std::string& path) {
   {
     auto t = tx.begin();
     t.connection().execute("INSERT INTO orders VALUES ('order-rolled-back', 'c', 1)");
-    rolled_back_id = *ob.writer().write(outbox::EventEnvelope::builder(outbox::EventType::of("OrderPlaced"))
-                                            .aggregate_type(order)
-                                            .payload_json("{}")
-                                            .build());
+    rolled_back_id =
+        *ob.writer().write(outbox::EventEnvelope::builder(outbox::EventType::of("OrderPlaced"))
+                               .aggregate_type(order)
+                               .payload_json("{}")
+                               .build());
     t.rollback();
   }
   ob.poller()->poll();
@@ -220,10 +226,11 @@ int run(const std::string& path) {
     return 1;
   }
   const auto m3 = metrics->snapshot();
-  std::printf("   %lld dropped from the hot queue, %lld recovered by the poller, all DONE in %.2f s\n\n",
-              static_cast<long long>(m3.hot_dropped - dropped_before),
-              static_cast<long long>(m3.cold_enqueued - cold_before),
-              std::chrono::duration<double>(Clock::now() - t3).count());
+  std::printf(
+      "   %lld dropped from the hot queue, %lld recovered by the poller, all DONE in %.2f s\n\n",
+      static_cast<long long>(m3.hot_dropped - dropped_before),
+      static_cast<long long>(m3.cold_enqueued - cold_before),
+      std::chrono::duration<double>(Clock::now() - t3).count());
 
   std::printf("4. failing listener: 5 payments while the gateway is down (max 3 attempts)\n");
   for (int i = 0; i < 5; ++i) {
@@ -258,13 +265,14 @@ int run(const std::string& path) {
   std::printf("  %-34s %10lld\n", "hot path enqueued", static_cast<long long>(m.hot_enqueued));
   std::printf("  %-34s %10lld\n", "hot queue full (poller took them)",
               static_cast<long long>(m.hot_dropped));
-  std::printf("  %-34s %10lld\n", "cold (poller) enqueued", static_cast<long long>(m.cold_enqueued));
+  std::printf("  %-34s %10lld\n", "cold (poller) enqueued",
+              static_cast<long long>(m.cold_enqueued));
   std::printf("  %-34s %10.0f\n", "commit->listener p50 (us)", latency.percentile(0.50));
   std::printf("  %-34s %10.0f\n", "commit->listener p99 (us)", latency.percentile(0.99));
   std::printf("  %-34s %10zu\n", "latency samples (hot path)", latency.samples());
   std::printf("  %-34s %10d\n", "warnings logged (drops, retries)", warnings.load());
-  const bool ok = counts[1] == written && counts[3] == 0 &&
-                  delivered.load() == written && m.status_update_failure == 0;
+  const bool ok = counts[1] == written && counts[3] == 0 && delivered.load() == written &&
+                  m.status_update_failure == 0;
   std::printf("\n%s\n", ok ? "demo OK" : "demo FAILED: counts do not add up");
   return ok ? 0 : 1;
 }

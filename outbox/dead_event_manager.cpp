@@ -8,8 +8,7 @@
 namespace outbox {
 
 DeadEventManager::DeadEventManager(std::shared_ptr<sql::ConnectionProvider> provider,
-                                   std::shared_ptr<OutboxStore> store,
-                                   std::shared_ptr<Clock> clock)
+                                   std::shared_ptr<OutboxStore> store, std::shared_ptr<Clock> clock)
     : provider_(std::move(provider)), store_(std::move(store)), clock_(std::move(clock)) {
   if (!provider_ || !store_) {
     throw std::invalid_argument("DeadEventManager: provider and store are required");

@@ -76,7 +76,9 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   }
 }
 
-OutboxDispatcher::~OutboxDispatcher() { close(); }
+OutboxDispatcher::~OutboxDispatcher() {
+  close();
+}
 
 bool OutboxDispatcher::enqueue_hot(QueuedEvent event, bool reserved) {
   event.source = QueuedEvent::Source::Hot;
@@ -153,8 +155,7 @@ void OutboxDispatcher::end_scan(std::uint64_t token) {
     active_scans_.erase(it);
   }
   // Completions older than every remaining scan can no longer be stale reads of any scan.
-  const std::uint64_t oldest =
-      active_scans_.empty() ? completion_seq_ : *active_scans_.begin();
+  const std::uint64_t oldest = active_scans_.empty() ? completion_seq_ : *active_scans_.begin();
   while (!completed_log_.empty() && completed_log_.front().first <= oldest) {
     completed_ids_.erase(completed_log_.front().second);
     completed_log_.pop_front();
@@ -169,8 +170,11 @@ void OutboxDispatcher::close() {
   }
   closing_ = true;
   work_ready_.notify_all();
-  const bool drained = drained_.wait_for(lock, options_.drain_timeout,
-                                         [&] { return hot_.empty() && cold_.empty(); });
+  // With no drain time, abandon under the same lock hold so no worker takes another event.
+  const bool drained = options_.drain_timeout.count() > 0
+                           ? drained_.wait_for(lock, options_.drain_timeout,
+                                               [&] { return hot_.empty() && cold_.empty(); })
+                           : hot_.empty() && cold_.empty();
   abandon_ = true;
   const auto left = hot_.size() + cold_.size();
   lock.unlock();
@@ -202,7 +206,8 @@ void OutboxDispatcher::worker_loop() {
     int cold_depth;
     {
       std::unique_lock lock(queue_mutex_);
-      work_ready_.wait(lock, [&] { return abandon_ || closing_ || !hot_.empty() || !cold_.empty(); });
+      work_ready_.wait(lock,
+                       [&] { return abandon_ || closing_ || !hot_.empty() || !cold_.empty(); });
       if (abandon_ || (hot_.empty() && cold_.empty())) {
         if (closing_) {
           drained_.notify_all();
@@ -284,9 +289,11 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
     }
   }
 
+  // Metrics are counted after the event is released, so an observer that sees a count can
+  // queue the same event again.
   if (outcome == Outcome::Done) {
-    options_.metrics->increment_dispatch_success();
     complete_done(event.event_id());
+    options_.metrics->increment_dispatch_success();
     return;
   }
   try {
@@ -311,6 +318,7 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
     log(LogLevel::Error, "OutboxDispatcher: could not record the outcome of event " +
                              event.event_id() + " (the poller will retry it): " + e.what());
   }
+  finish(event.event_id());
   switch (outcome) {
     case Outcome::Done:
       break;
@@ -326,7 +334,6 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
           "event " + event.event_id() + " (" + event.event_type() + ") is DEAD: " + message);
       break;
   }
-  finish(event.event_id());
 }
 
 void OutboxDispatcher::complete_done(std::string event_id) {

@@ -63,7 +63,8 @@ class OutboxDispatcher {
     std::size_t hot_queue_capacity = 1000;      ///< >= 1
     std::size_t cold_queue_capacity = 1000;     ///< >= 1
     std::shared_ptr<MetricsExporter> metrics;   ///< default: MetricsExporter::noop()
-    std::vector<std::shared_ptr<EventInterceptor>> interceptors;  ///< before in order, after reversed
+    std::vector<std::shared_ptr<EventInterceptor>>
+        interceptors;                               ///< before in order, after reversed
     std::chrono::milliseconds drain_timeout{5000};  ///< how long close() lets workers drain
     std::shared_ptr<Clock> clock;                   ///< default: Clock::system()
   };

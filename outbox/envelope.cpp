@@ -13,10 +13,10 @@ namespace {
 class UlidGenerator {
  public:
   std::string next() {
-    std::uint64_t ms = static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count());
+    std::uint64_t ms =
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                       std::chrono::system_clock::now().time_since_epoch())
+                                       .count());
     std::array<std::uint8_t, 16> bytes{};
     {
       std::lock_guard lock(state_mutex_);
@@ -124,7 +124,9 @@ std::span<const std::uint8_t> EventEnvelope::payload_bytes() const noexcept {
   return {reinterpret_cast<const std::uint8_t*>(data_->payload->data()), data_->payload->size()};
 }
 
-EventEnvelope::Builder EventEnvelope::builder(EventType type) { return Builder(std::move(type)); }
+EventEnvelope::Builder EventEnvelope::builder(EventType type) {
+  return Builder(std::move(type));
+}
 
 EventEnvelope EventEnvelope::of_json(EventType type, std::string payload_json) {
   return builder(std::move(type)).payload_json(std::move(payload_json)).build();
@@ -215,7 +217,8 @@ EventEnvelope EventEnvelope::Builder::build() {
   data->event_type = type_.name();
   // Stored timestamps have microsecond precision; truncate here so a delivered event equals the
   // written one whichever path it takes.
-  data->occurred_at = from_micros(to_micros(occurred_at_.value_or(std::chrono::system_clock::now())));
+  data->occurred_at =
+      from_micros(to_micros(occurred_at_.value_or(std::chrono::system_clock::now())));
   if (available_at_) {
     auto due = from_micros(to_micros(*available_at_));
     if (due < data->occurred_at) {
@@ -230,7 +233,8 @@ EventEnvelope EventEnvelope::Builder::build() {
   data->tenant_id = std::move(tenant_id_);
   data->headers = std::make_shared<const Headers>(std::move(headers_));
   data->payload_is_json = json_.has_value();
-  data->payload = std::make_shared<const std::string>(json_ ? std::move(*json_) : std::move(*bytes_));
+  data->payload =
+      std::make_shared<const std::string>(json_ ? std::move(*json_) : std::move(*bytes_));
   return EventEnvelope(std::move(data));
 }
 

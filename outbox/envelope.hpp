@@ -90,8 +90,9 @@ class EventEnvelope::Builder {
   Builder& available_at(Timestamp t);
   /// Delays first delivery by `delay` after occurred_at. Must be positive.
   Builder& deliver_after(std::chrono::microseconds delay);
-  /// Validates and builds. Throws std::invalid_argument: empty type or id, no payload or both kinds,
-  /// payload over kMaxPayloadBytes, invalid UTF-8 in a JSON payload, both or bad delivery delays.
+  /// Validates and builds. Throws std::invalid_argument: empty type or id, no payload or both
+  /// kinds, payload over kMaxPayloadBytes, invalid UTF-8 in a JSON payload, both or bad delivery
+  /// delays.
   EventEnvelope build();
 
  private:

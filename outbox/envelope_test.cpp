@@ -12,7 +12,9 @@ std::string_view outbox_name(OrderEvent e) {
   return e == OrderEvent::Placed ? "OrderPlaced" : "OrderCancelled";
 }
 enum class Aggregate { Order };
-std::string_view outbox_name(Aggregate) { return "Order"; }
+std::string_view outbox_name(Aggregate) {
+  return "Order";
+}
 
 using outbox::AggregateType;
 using outbox::EventEnvelope;
@@ -121,8 +123,11 @@ TEST(EventEnvelope, DelayedDelivery) {
 
 TEST(EventEnvelope, DelayedDeliveryMistakes) {
   const auto t0 = outbox::from_micros(1'700'000'000'000'000);
-  auto base = [&] { return EventEnvelope::builder(EventType::of("T")).occurred_at(t0).payload_json("{}"); };
-  EXPECT_THROW(base().available_at(t0 + std::chrono::seconds(1))
+  auto base = [&] {
+    return EventEnvelope::builder(EventType::of("T")).occurred_at(t0).payload_json("{}");
+  };
+  EXPECT_THROW(base()
+                   .available_at(t0 + std::chrono::seconds(1))
                    .deliver_after(std::chrono::seconds(1))
                    .build(),
                std::invalid_argument);

@@ -25,9 +25,10 @@ class UnroutableEventError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Thrown by a listener to ask for redelivery after `delay`. With `count_attempt` false (the default)
-/// the attempt counter is left unchanged, so deferring never leads to DEAD; with true it counts as a
-/// failed attempt (RETRY, or DEAD at max attempts) but waits `delay` instead of the retry policy.
+/// Thrown by a listener to ask for redelivery after `delay`. With `count_attempt` false (the
+/// default) the attempt counter is left unchanged, so deferring never leads to DEAD; with true it
+/// counts as a failed attempt (RETRY, or DEAD at max attempts) but waits `delay` instead of the
+/// retry policy.
 class RetryLater : public std::runtime_error {
  public:
   explicit RetryLater(std::chrono::milliseconds delay, std::string reason = "retry requested",

@@ -4,9 +4,13 @@
 
 namespace {
 
-const outbox::JsonCodec& codec() { return outbox::JsonCodec::default_codec(); }
+const outbox::JsonCodec& codec() {
+  return outbox::JsonCodec::default_codec();
+}
 
-TEST(JsonCodec, EmptyMapIsNullopt) { EXPECT_FALSE(codec().to_json({})); }
+TEST(JsonCodec, EmptyMapIsNullopt) {
+  EXPECT_FALSE(codec().to_json({}));
+}
 
 TEST(JsonCodec, EncodesAndEscapes) {
   outbox::Headers h{{"a", "x\"y\\z"}, {"b", "line\nbreak\ttab\x01"}};

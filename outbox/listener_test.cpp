@@ -31,8 +31,7 @@ TEST(DefaultListenerRegistry, DuplicateRegistrationThrows) {
   reg.register_listener(EventType::of("X"), [](const auto&) {});
   EXPECT_THROW(reg.register_listener(EventType::of("X"), [](const auto&) {}), std::logic_error);
   EXPECT_THROW(reg.register_listener(EventType::of("Y"), nullptr), std::invalid_argument);
-  EXPECT_THROW(reg.register_listener(EventType::of(""), [](const auto&) {}),
-               std::invalid_argument);
+  EXPECT_THROW(reg.register_listener(EventType::of(""), [](const auto&) {}), std::invalid_argument);
 }
 
 TEST(EventInterceptor, FactoriesWrapFunctions) {

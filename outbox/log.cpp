@@ -37,7 +37,9 @@ void set_log_sink(LogSink sink) {
   current_sink = std::move(next);
 }
 
-void set_log_level(LogLevel level) { min_level.store(static_cast<int>(level)); }
+void set_log_level(LogLevel level) {
+  min_level.store(static_cast<int>(level));
+}
 
 void log(LogLevel level, std::string_view message) noexcept {
   if (static_cast<int>(level) < min_level.load(std::memory_order_relaxed)) {

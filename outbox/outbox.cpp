@@ -11,10 +11,18 @@
 
 namespace outbox {
 
-Outbox Outbox::single_node(Options options) { return build(std::move(options), Mode::SingleNode); }
-Outbox Outbox::multi_node(Options options) { return build(std::move(options), Mode::MultiNode); }
-Outbox Outbox::ordered(Options options) { return build(std::move(options), Mode::Ordered); }
-Outbox Outbox::writer_only(Options options) { return build(std::move(options), Mode::WriterOnly); }
+Outbox Outbox::single_node(Options options) {
+  return build(std::move(options), Mode::SingleNode);
+}
+Outbox Outbox::multi_node(Options options) {
+  return build(std::move(options), Mode::MultiNode);
+}
+Outbox Outbox::ordered(Options options) {
+  return build(std::move(options), Mode::Ordered);
+}
+Outbox Outbox::writer_only(Options options) {
+  return build(std::move(options), Mode::WriterOnly);
+}
 
 Outbox::Outbox(Outbox&&) noexcept = default;
 
@@ -29,7 +37,9 @@ Outbox& Outbox::operator=(Outbox&& other) noexcept {
   return *this;
 }
 
-Outbox::~Outbox() { close(); }
+Outbox::~Outbox() {
+  close();
+}
 
 void Outbox::close() {
   if (purge_) {

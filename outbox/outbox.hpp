@@ -33,9 +33,10 @@ class Outbox {
  public:
   /// Settings for every mode; a mode ignores what it does not use (see each factory).
   struct Options {
-    std::shared_ptr<sql::ConnectionProvider> connection_provider;  ///< required (writer_only: if purging)
-    std::shared_ptr<TxContext> tx_context;                         ///< required
-    std::shared_ptr<OutboxStore> store;                            ///< required
+    std::shared_ptr<sql::ConnectionProvider>
+        connection_provider;                      ///< required (writer_only: if purging)
+    std::shared_ptr<TxContext> tx_context;        ///< required
+    std::shared_ptr<OutboxStore> store;           ///< required
     std::shared_ptr<ListenerRegistry> listeners;  ///< required except writer_only
     std::shared_ptr<MetricsExporter> metrics;     ///< default: noop
     const JsonCodec* json_codec = nullptr;        ///< default: JsonCodec::default_codec()
@@ -44,10 +45,10 @@ class Outbox {
     int poll_batch_size = 50;
     std::chrono::microseconds skip_recent{0};
     std::chrono::milliseconds drain_timeout{5000};
-    int worker_count = 4;                   ///< forced to 1 by ordered()
+    int worker_count = 4;  ///< forced to 1 by ordered()
     std::size_t hot_queue_capacity = 1000;
     std::size_t cold_queue_capacity = 1000;
-    int max_attempts = 10;                  ///< forced to 1 by ordered()
+    int max_attempts = 10;  ///< forced to 1 by ordered()
     std::shared_ptr<RetryPolicy> retry_policy;
     std::shared_ptr<InFlightTracker> in_flight_tracker;
     std::optional<ClaimLocking> claim_locking;  ///< required by multi_node, refused by ordered

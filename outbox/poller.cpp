@@ -20,9 +20,13 @@ int DispatcherPollerHandler::available_capacity() const {
   return dispatcher_.cold_queue_remaining_capacity();
 }
 
-void DispatcherPollerHandler::begin_cycle() { scan_token_ = dispatcher_.begin_scan(); }
+void DispatcherPollerHandler::begin_cycle() {
+  scan_token_ = dispatcher_.begin_scan();
+}
 
-void DispatcherPollerHandler::end_cycle() { dispatcher_.end_scan(scan_token_); }
+void DispatcherPollerHandler::end_cycle() {
+  dispatcher_.end_scan(scan_token_);
+}
 
 OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {
   if (!options_.connection_provider) {
@@ -61,7 +65,9 @@ OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {
   }
 }
 
-OutboxPoller::~OutboxPoller() { close(); }
+OutboxPoller::~OutboxPoller() {
+  close();
+}
 
 void OutboxPoller::start() {
   std::lock_guard lock(state_mutex_);
@@ -127,7 +133,8 @@ int OutboxPoller::poll() {
         return a.created_at < b.created_at;
       });
       lag_ms = std::max<std::int64_t>(
-          0, std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest->created_at).count());
+          0,
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest->created_at).count());
     }
     options_.metrics->record_oldest_lag_ms(lag_ms);
     for (const auto& row : rows) {
@@ -136,7 +143,8 @@ int OutboxPoller::poll() {
         envelope.emplace(to_envelope(row, *options_.json_codec));
       } catch (const std::exception& e) {
         const std::string error = std::string("decode failure: ") + e.what();
-        log(LogLevel::Error, "OutboxPoller: event " + row.event_id + " cannot be decoded, marking DEAD: " + e.what());
+        log(LogLevel::Error, "OutboxPoller: event " + row.event_id +
+                                 " cannot be decoded, marking DEAD: " + e.what());
         options_.store->mark_dead(*conn, row.event_id, error, false);
         options_.metrics->increment_dispatch_dead();
         continue;

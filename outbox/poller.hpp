@@ -54,7 +54,7 @@ class DispatcherPollerHandler final : public OutboxPollerHandler {
 
 /// Multi-node claim locking: rows are claimed by `owner` until delivered or `lock_timeout` passes.
 struct ClaimLocking {
-  std::string owner;                  ///< unique per process; empty = generated
+  std::string owner;  ///< unique per process; empty = generated
   std::chrono::milliseconds lock_timeout{std::chrono::minutes(5)};  ///< > 0
 };
 
@@ -65,13 +65,13 @@ class OutboxPoller {
     std::shared_ptr<sql::ConnectionProvider> connection_provider;  ///< required
     std::shared_ptr<OutboxStore> store;                            ///< required
     std::shared_ptr<OutboxPollerHandler> handler;                  ///< required
-    std::chrono::microseconds skip_recent{0};    ///< ignore rows younger than this; >= 0
-    int batch_size = 50;                         ///< >= 1
-    std::chrono::milliseconds interval{5000};    ///< between cycles; > 0
-    std::shared_ptr<MetricsExporter> metrics;    ///< default: MetricsExporter::noop()
-    std::optional<ClaimLocking> claim_locking;   ///< set for multi-node
-    const JsonCodec* json_codec = nullptr;       ///< default: JsonCodec::default_codec()
-    std::shared_ptr<Clock> clock;                ///< default: Clock::system()
+    std::chrono::microseconds skip_recent{0};   ///< ignore rows younger than this; >= 0
+    int batch_size = 50;                        ///< >= 1
+    std::chrono::milliseconds interval{5000};   ///< between cycles; > 0
+    std::shared_ptr<MetricsExporter> metrics;   ///< default: MetricsExporter::noop()
+    std::optional<ClaimLocking> claim_locking;  ///< set for multi-node
+    const JsonCodec* json_codec = nullptr;      ///< default: JsonCodec::default_codec()
+    std::shared_ptr<Clock> clock;               ///< default: Clock::system()
   };
 
   /// Validates (std::invalid_argument naming the field). Does not start polling.

@@ -28,7 +28,9 @@ OutboxPurgeScheduler::OutboxPurgeScheduler(Options options) : options_(std::move
   }
 }
 
-OutboxPurgeScheduler::~OutboxPurgeScheduler() { close(); }
+OutboxPurgeScheduler::~OutboxPurgeScheduler() {
+  close();
+}
 
 void OutboxPurgeScheduler::start() {
   std::lock_guard lock(state_mutex_);

@@ -57,7 +57,9 @@ EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec) {
 namespace outbox {
 
 void validate_table_name(std::string_view name) {
-  auto is_alpha = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  auto is_alpha = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+  };
   bool ok = !name.empty() && name.size() <= 63 && is_alpha(name.front());
   for (std::size_t i = 1; ok && i < name.size(); ++i) {
     ok = is_alpha(name[i]) || (name[i] >= '0' && name[i] <= '9');

@@ -29,7 +29,7 @@ struct OutboxEvent {
   std::string aggregate_type;
   std::optional<std::string> aggregate_id;
   std::optional<std::string> tenant_id;
-  std::string payload;           ///< JSON text, or raw bytes when payload_is_json is false
+  std::string payload;  ///< JSON text, or raw bytes when payload_is_json is false
   bool payload_is_json = true;
   std::optional<std::string> headers_json;
   EventStatus status = EventStatus::New;

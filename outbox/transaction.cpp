@@ -48,7 +48,9 @@ void ThreadLocalTxContext::unbind() {
   std::erase_if(tls_frames, [this](const auto& p) { return p.first == this; });
 }
 
-bool ThreadLocalTxContext::is_transaction_active() const { return frame() != nullptr; }
+bool ThreadLocalTxContext::is_transaction_active() const {
+  return frame() != nullptr;
+}
 
 sql::Connection& ThreadLocalTxContext::current_connection() const {
   Frame* f = frame();

@@ -1,5 +1,6 @@
 #pragma once
-// Manual transactions: ThreadLocalTxContext + TransactionManager (spec §3.3, JdbcTransactionManager).
+// Manual transactions: ThreadLocalTxContext + TransactionManager (spec §3.3,
+// JdbcTransactionManager).
 
 #include <functional>
 #include <memory>

@@ -69,20 +69,21 @@ TEST_F(DispatcherTest, UnroutableGoesDeadOnceWithoutCountingAnAttempt) {
 }
 
 TEST_F(DispatcherTest, FailureRetriesWithBackoffThenDeadAtMaxAttempts) {
-  listeners->register_listener(EventType::of("F"),
-                               [](const EventEnvelope&) { throw std::runtime_error("downstream"); });
+  listeners->register_listener(
+      EventType::of("F"), [](const EventEnvelope&) { throw std::runtime_error("downstream"); });
   OutboxDispatcher d(options());
   const auto before = std::chrono::system_clock::now();
   auto e = committed("F", "f1");
   d.enqueue_hot(queued(e));
-  ASSERT_TRUE(wait_status("f1", EventStatus::Retry));
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_failure == 1; }));
   auto r = row("f1");
   EXPECT_EQ(r->attempts, 1);
   EXPECT_EQ(r->last_error, "downstream");
   EXPECT_GE(r->available_at, before + 1000ms);
   // Second failure (attempts 1 → 2) retries; third reaches max_attempts = 3 and goes DEAD.
   d.enqueue_cold(queued(e, 1));
-  ASSERT_TRUE(wait_until([&] { return row("f1")->attempts == 2; }));
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_failure == 2; }));
+  EXPECT_EQ(row("f1")->attempts, 2);
   EXPECT_EQ(status("f1"), EventStatus::Retry);
   d.enqueue_cold(queued(e, 2));
   ASSERT_TRUE(wait_status("f1", EventStatus::Dead));
@@ -105,8 +106,9 @@ TEST_F(DispatcherTest, RetryLaterDefersWithoutCountingOrCountsWhenAsked) {
   d.enqueue_hot(queued(later, 2));  // even at attempts = max - 1 a deferral never goes DEAD
   auto counted = committed("Counted", "c1");
   d.enqueue_hot(queued(counted));
-  ASSERT_TRUE(wait_status("l1", EventStatus::Retry));
-  ASSERT_TRUE(wait_status("c1", EventStatus::Retry));
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_failure == 2; }));
+  EXPECT_EQ(status("l1"), EventStatus::Retry);
+  EXPECT_EQ(status("c1"), EventStatus::Retry);
   EXPECT_EQ(row("l1")->attempts, 0);
   EXPECT_GE(row("l1")->available_at, before + 2min);
   EXPECT_EQ(row("l1")->last_error, "rate limited");
@@ -144,16 +146,16 @@ TEST_F(DispatcherTest, InterceptorsRunInOrderAndReverseAndSeeTheError) {
   d.enqueue_hot(queued(committed("X", "i1")));
   ASSERT_TRUE(wait_status("i1", EventStatus::Retry));
   d.close();
-  EXPECT_EQ(trace, (std::vector<std::string>{"before1", "before2", "listener", "after2",
-                                             "after1:err"}));
+  EXPECT_EQ(trace,
+            (std::vector<std::string>{"before1", "before2", "listener", "after2", "after1:err"}));
 }
 
 TEST_F(DispatcherTest, ThrowingBeforeInterceptorFailsTheEvent) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("X"), [&](const EventEnvelope&) { ++calls; });
   auto o = options();
-  o.interceptors = {EventInterceptor::before(
-      [](const EventEnvelope&) { throw std::runtime_error("vetoed"); })};
+  o.interceptors = {
+      EventInterceptor::before([](const EventEnvelope&) { throw std::runtime_error("vetoed"); })};
   OutboxDispatcher d(o);
   d.enqueue_hot(queued(committed("X", "v1")));
   ASSERT_TRUE(wait_status("v1", EventStatus::Retry));

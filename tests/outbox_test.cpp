@@ -227,7 +227,7 @@ TEST_F(OutboxTest, NoDuplicateDeliveryWhileThePollerRacesTheHotPath) {
     ++deliveries[e.event_id()];
   });
   auto o = options();
-  o.poll_interval = 1ms;  // poll constantly so it reads rows the hot path is delivering
+  o.poll_interval = 1ms;      // poll constantly so it reads rows the hot path is delivering
   o.hot_queue_capacity = 16;  // force some events onto the cold path too
   auto ob = Outbox::single_node(o);
   constexpr int kThreads = 4;
@@ -287,7 +287,7 @@ TEST_F(OutboxTest, OrderedModeDeliversInInsertionOrderAndFailsStraightToDead) {
     }
   });
   auto o = options();
-  o.worker_count = 8;  // forced to 1
+  o.worker_count = 8;   // forced to 1
   o.max_attempts = 10;  // forced to 1
   auto ob = Outbox::ordered(o);
   std::string third;

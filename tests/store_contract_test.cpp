@@ -34,7 +34,9 @@ struct BackendFactory {
   std::function<StoreBackend()> make;
 };
 
-std::ostream& operator<<(std::ostream& os, const BackendFactory& f) { return os << f.name; }
+std::ostream& operator<<(std::ostream& os, const BackendFactory& f) {
+  return os << f.name;
+}
 
 BackendFactory sqlite_backend() {
   return {"sqlite", [] {
@@ -321,7 +323,7 @@ TEST_P(StoreContract, StatusPurgerDeletesOnlyOldTerminalRowsInBatches) {
   for (int i = 0; i < 5; ++i) {
     store().mark_done(conn(), "p" + std::to_string(i), t0 + 1s);
   }
-  store().mark_dead(conn(), "p5", "x");  // dead, no done_at: judged by created_at
+  store().mark_dead(conn(), "p5", "x");                  // dead, no done_at: judged by created_at
   EXPECT_EQ(b_.purger->purge(conn(), t0 + 1s, 100), 1);  // only p5 is older than t0 + 1 s
   EXPECT_EQ(b_.purger->purge(conn(), t0 + 2s, 3), 3);
   EXPECT_EQ(b_.purger->purge(conn(), t0 + 2s, 3), 2);

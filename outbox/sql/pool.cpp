@@ -29,7 +29,9 @@ PooledConnection& PooledConnection::operator=(PooledConnection&& other) noexcept
   return *this;
 }
 
-PooledConnection::~PooledConnection() { release(); }
+PooledConnection::~PooledConnection() {
+  release();
+}
 
 void PooledConnection::release() noexcept {
   if (!conn_) {

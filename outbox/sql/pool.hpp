@@ -18,9 +18,9 @@ class ConnectionPool final : public ConnectionProvider {
   using Factory = std::function<std::unique_ptr<Connection>()>;
 
   struct Options {
-    Factory factory;                                           ///< required; may throw StoreError
-    std::size_t max_size = 8;                                  ///< > 0
-    std::chrono::milliseconds acquire_timeout{5000};           ///< wait for a free connection
+    Factory factory;                                  ///< required; may throw StoreError
+    std::size_t max_size = 8;                         ///< > 0
+    std::chrono::milliseconds acquire_timeout{5000};  ///< wait for a free connection
   };
 
   /// Throws std::invalid_argument on a missing factory or zero size.

@@ -12,9 +12,13 @@ const Value& Row::at(std::size_t i) const {
   return values_[i];
 }
 
-bool Row::is_null(std::size_t i) const { return std::holds_alternative<std::monostate>(at(i)); }
+bool Row::is_null(std::size_t i) const {
+  return std::holds_alternative<std::monostate>(at(i));
+}
 
-bool Row::is_blob(std::size_t i) const { return std::holds_alternative<Blob>(at(i)); }
+bool Row::is_blob(std::size_t i) const {
+  return std::holds_alternative<Blob>(at(i));
+}
 
 std::int64_t Row::get_int(std::size_t i) const {
   const Value& v = at(i);

@@ -26,7 +26,8 @@ struct Blob {
 };
 
 /// A parameter or column value. Columns always come back owned (no TextRef/BlobRef).
-using Value = std::variant<std::monostate, std::int64_t, double, std::string, Blob, TextRef, BlobRef>;
+using Value =
+    std::variant<std::monostate, std::int64_t, double, std::string, Blob, TextRef, BlobRef>;
 
 /// A nullable text parameter that borrows `s` when set.
 inline Value text_or_null(const std::optional<std::string>& s) {

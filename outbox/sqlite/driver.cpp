@@ -122,7 +122,7 @@ class SqliteConnection final : public sql::Connection {
   }
 
   sqlite3_stmt* prepare(std::string_view sql) {
-    auto it = cache_.find(std::string(sql));
+    auto it = cache_.find(sql);
     if (it != cache_.end()) {
       return it->second;
     }
@@ -210,7 +210,8 @@ class SqliteConnection final : public sql::Connection {
       return 0;  // give up: the statement fails with SQLITE_BUSY
     }
     const auto pause = std::chrono::microseconds(20L << std::min(count, 6));
-    std::this_thread::sleep_for(std::min<std::chrono::microseconds>(pause, std::chrono::milliseconds(1)));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::microseconds>(pause, std::chrono::milliseconds(1)));
     return 1;
   }
 
@@ -218,16 +219,19 @@ class SqliteConnection final : public sql::Connection {
   bool owned_;
   std::chrono::milliseconds busy_timeout_{0};
   std::chrono::steady_clock::time_point busy_since_;
-  std::unordered_map<std::string, sqlite3_stmt*> cache_;
+  struct SqlHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  std::unordered_map<std::string, sqlite3_stmt*, SqlHash, std::equal_to<>> cache_;
 };
 
 }  // namespace
 
 std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions& options) {
   sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close_v2(db);

@@ -15,8 +15,8 @@ namespace outbox::sqlite {
 /// How connections to a database file are opened.
 struct OpenOptions {
   std::chrono::milliseconds busy_timeout{10000};  ///< wait for locks held by other connections
-  bool wal = true;                                ///< journal_mode=WAL (readers never block writers)
-  bool synchronous_normal = true;                 ///< synchronous=NORMAL (safe with WAL)
+  bool wal = true;                 ///< journal_mode=WAL (readers never block writers)
+  bool synchronous_normal = true;  ///< synchronous=NORMAL (safe with WAL)
 };
 
 /// Opens (creating if needed) the database file. Throws outbox::StoreError.

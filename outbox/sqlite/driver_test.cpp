@@ -22,8 +22,7 @@ TEST(SqliteDriver, ExecuteAndQueryWithBoundParameters) {
   EXPECT_EQ(conn->execute("INSERT INTO t VALUES (?, ?, ?, ?)",
                           {std::int64_t{42}, TextRef{text}, outbox::sql::BlobRef{bytes}, 1.5}),
             1);
-  conn->execute("INSERT INTO t VALUES (?, ?, ?, ?)",
-                {Value{}, std::string(""), Blob{}, Value{}});
+  conn->execute("INSERT INTO t VALUES (?, ?, ?, ?)", {Value{}, std::string(""), Blob{}, Value{}});
   auto rows = conn->query("SELECT a, b, c, d FROM t ORDER BY a IS NULL, a");
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].get_int(0), 42);

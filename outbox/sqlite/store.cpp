@@ -100,6 +100,30 @@ SqliteOutboxStore::SqliteOutboxStore(std::string table, const JsonCodec& codec)
   select_columns_ =
       "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, "
       "attempts, available_at, created_at, done_at, last_error, locked_by, locked_at";
+  // Built once so the hot path does not format SQL.
+  mark_done_sql_ = "UPDATE " + table_ +
+                   " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL "
+                   "WHERE event_id = ? AND status IN (0, 2)";
+  mark_retry_sql_ = "UPDATE " + table_ +
+                    " SET status = 2, attempts = attempts + 1, available_at = ?, "
+                    "last_error = ?, locked_by = NULL, locked_at = NULL "
+                    "WHERE event_id = ? AND status IN (0, 2)";
+  mark_deferred_sql_ = "UPDATE " + table_ +
+                       " SET status = 2, available_at = ?, last_error = ?, locked_by = NULL, "
+                       "locked_at = NULL WHERE event_id = ? AND status IN (0, 2)";
+  mark_dead_sql_ = "UPDATE " + table_ +
+                   " SET status = 3, attempts = attempts + ?, last_error = ?, locked_by = NULL, "
+                   "locked_at = NULL WHERE event_id = ? AND status IN (0, 2)";
+  poll_sql_ = "SELECT " + select_columns_ + " FROM " + table_ +
+              " WHERE status IN (0, 2) AND available_at <= ? AND "
+              "created_at <= ? ORDER BY created_at, event_id LIMIT ?";
+  claim_sql_ = "UPDATE " + table_ +
+               " SET locked_by = ?, locked_at = ? WHERE event_id IN (SELECT event_id FROM " +
+               table_ +
+               " WHERE status IN (0, 2) AND available_at <= ? AND created_at <= ? AND "
+               "(locked_by IS NULL OR locked_at < ?) ORDER BY created_at, event_id LIMIT ?) "
+               "RETURNING " +
+               select_columns_;
 }
 
 void SqliteOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event) {
@@ -145,11 +169,7 @@ void SqliteOutboxStore::insert_chunk(sql::Connection& conn, const EventEnvelope*
 }
 
 int SqliteOutboxStore::mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) {
-  return static_cast<int>(conn.execute(
-      "UPDATE " + table_ +
-          " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL "
-          "WHERE event_id = ? AND status IN (0, 2)",
-      {to_micros(now), TextRef{event_id}}));
+  return static_cast<int>(conn.execute(mark_done_sql_, {to_micros(now), TextRef{event_id}}));
 }
 
 int SqliteOutboxStore::mark_done_batch(sql::Connection& conn,
@@ -177,41 +197,28 @@ int SqliteOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_
                                   Timestamp next_at, std::string_view error) {
   const std::string truncated = truncate_error(error);
   return static_cast<int>(
-      conn.execute("UPDATE " + table_ +
-                       " SET status = 2, attempts = attempts + 1, available_at = ?, "
-                       "last_error = ?, locked_by = NULL, locked_at = NULL "
-                       "WHERE event_id = ? AND status IN (0, 2)",
-                   {to_micros(next_at), TextRef{truncated}, TextRef{event_id}}));
+      conn.execute(mark_retry_sql_, {to_micros(next_at), TextRef{truncated}, TextRef{event_id}}));
 }
 
 int SqliteOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id,
                                      Timestamp next_at, std::string_view reason) {
   const std::string truncated = truncate_error(reason);
-  return static_cast<int>(
-      conn.execute("UPDATE " + table_ +
-                       " SET status = 2, available_at = ?, last_error = ?, locked_by = NULL, "
-                       "locked_at = NULL WHERE event_id = ? AND status IN (0, 2)",
-                   {to_micros(next_at), TextRef{truncated}, TextRef{event_id}}));
+  return static_cast<int>(conn.execute(
+      mark_deferred_sql_, {to_micros(next_at), TextRef{truncated}, TextRef{event_id}}));
 }
 
 int SqliteOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id,
                                  std::string_view error, bool count_attempt) {
   const std::string truncated = truncate_error(error);
-  return static_cast<int>(conn.execute(
-      "UPDATE " + table_ +
-          " SET status = 3, attempts = attempts + ?, last_error = ?, locked_by = NULL, "
-          "locked_at = NULL WHERE event_id = ? AND status IN (0, 2)",
-      {std::int64_t{count_attempt ? 1 : 0}, TextRef{truncated}, TextRef{event_id}}));
+  return static_cast<int>(conn.execute(mark_dead_sql_, {std::int64_t{count_attempt ? 1 : 0},
+                                                        TextRef{truncated}, TextRef{event_id}}));
 }
 
 std::vector<OutboxEvent> SqliteOutboxStore::poll_pending(sql::Connection& conn, Timestamp now,
                                                          std::chrono::microseconds skip_recent,
                                                          int limit) {
-  return to_events(conn.query("SELECT " + select_columns_ + " FROM " + table_ +
-                                  " WHERE status IN (0, 2) AND available_at <= ? AND "
-                                  "created_at <= ? ORDER BY created_at, event_id LIMIT ?",
-                              {to_micros(now), to_micros(now - skip_recent),
-                               std::int64_t{limit}}));
+  return to_events(
+      conn.query(poll_sql_, {to_micros(now), to_micros(now - skip_recent), std::int64_t{limit}}));
 }
 
 std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
@@ -222,14 +229,8 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
   // One statement: SQLite runs it under the database write lock, so two processes can never
   // both claim a row.
   auto events = to_events(conn.query(
-      "UPDATE " + table_ +
-          " SET locked_by = ?, locked_at = ? WHERE event_id IN (SELECT event_id FROM " + table_ +
-          " WHERE status IN (0, 2) AND available_at <= ? AND created_at <= ? AND "
-          "(locked_by IS NULL OR locked_at < ?) ORDER BY created_at, event_id LIMIT ?) "
-          "RETURNING " +
-          select_columns_,
-      {TextRef{owner}, to_micros(now), to_micros(now), to_micros(now - skip_recent),
-       to_micros(lock_expiry), std::int64_t{limit}}));
+      claim_sql_, {TextRef{owner}, to_micros(now), to_micros(now), to_micros(now - skip_recent),
+                   to_micros(lock_expiry), std::int64_t{limit}}));
   // RETURNING gives no order guarantee.
   std::sort(events.begin(), events.end(), [](const OutboxEvent& a, const OutboxEvent& b) {
     return a.created_at != b.created_at ? a.created_at < b.created_at : a.event_id < b.event_id;
@@ -240,12 +241,12 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
 std::vector<OutboxEvent> SqliteOutboxStore::query_dead(
     sql::Connection& conn, std::optional<std::string_view> event_type,
     std::optional<std::string_view> aggregate_type, int limit) {
-  return to_events(conn.query("SELECT " + select_columns_ + " FROM " + table_ +
-                                  " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1) AND "
-                                  "(?2 IS NULL OR aggregate_type = ?2) "
-                                  "ORDER BY created_at, event_id LIMIT ?3",
-                              {opt_text(event_type), opt_text(aggregate_type),
-                               std::int64_t{limit}}));
+  return to_events(
+      conn.query("SELECT " + select_columns_ + " FROM " + table_ +
+                     " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1) AND "
+                     "(?2 IS NULL OR aggregate_type = ?2) "
+                     "ORDER BY created_at, event_id LIMIT ?3",
+                 {opt_text(event_type), opt_text(aggregate_type), std::int64_t{limit}}));
 }
 
 int SqliteOutboxStore::replay_dead(sql::Connection& conn, std::string_view event_id,
@@ -259,9 +260,9 @@ int SqliteOutboxStore::replay_dead(sql::Connection& conn, std::string_view event
 
 int SqliteOutboxStore::count_dead(sql::Connection& conn,
                                   std::optional<std::string_view> event_type) {
-  auto rows = conn.query("SELECT COUNT(*) FROM " + table_ +
-                             " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1)",
-                         {opt_text(event_type)});
+  auto rows = conn.query(
+      "SELECT COUNT(*) FROM " + table_ + " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1)",
+      {opt_text(event_type)});
   return static_cast<int>(rows.at(0).get_int(0));
 }
 
@@ -277,8 +278,7 @@ std::optional<OutboxEvent> SqliteOutboxStore::find(sql::Connection& conn,
 
 std::vector<std::int64_t> SqliteOutboxStore::count_by_status(sql::Connection& conn) {
   std::vector<std::int64_t> counts(4, 0);
-  for (const auto& r :
-       conn.query("SELECT status, COUNT(*) FROM " + table_ + " GROUP BY status")) {
+  for (const auto& r : conn.query("SELECT status, COUNT(*) FROM " + table_ + " GROUP BY status")) {
     const auto status = r.get_int(0);
     if (status >= 0 && status < 4) {
       counts[static_cast<std::size_t>(status)] = r.get_int(1);
@@ -292,11 +292,11 @@ SqliteEventPurger::SqliteEventPurger(std::string table) : table_(std::move(table
 }
 
 int SqliteEventPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
-  return static_cast<int>(conn.execute(
-      "DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " + table_ +
-          " WHERE status IN (1, 3) AND COALESCE(done_at, created_at) < ? "
-          "ORDER BY created_at LIMIT ?)",
-      {to_micros(before), std::int64_t{limit}}));
+  return static_cast<int>(
+      conn.execute("DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " + table_ +
+                       " WHERE status IN (1, 3) AND COALESCE(done_at, created_at) < ? "
+                       "ORDER BY created_at LIMIT ?)",
+                   {to_micros(before), std::int64_t{limit}}));
 }
 
 SqliteAgeBasedPurger::SqliteAgeBasedPurger(std::string table) : table_(std::move(table)) {

@@ -33,12 +33,10 @@ class SqliteOutboxStore final : public OutboxStore {
   int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
                 bool count_attempt = true) override;
   std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
-                                        std::chrono::microseconds skip_recent,
-                                        int limit) override;
+                                        std::chrono::microseconds skip_recent, int limit) override;
   std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
                                          Timestamp now, Timestamp lock_expiry,
-                                         std::chrono::microseconds skip_recent,
-                                         int limit) override;
+                                         std::chrono::microseconds skip_recent, int limit) override;
   std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                       std::optional<std::string_view> event_type,
                                       std::optional<std::string_view> aggregate_type,
@@ -56,6 +54,8 @@ class SqliteOutboxStore final : public OutboxStore {
   std::string table_;
   const JsonCodec& codec_;
   std::string select_columns_;
+  std::string mark_done_sql_, mark_retry_sql_, mark_deferred_sql_, mark_dead_sql_, poll_sql_,
+      claim_sql_;
 };
 
 /// Deletes terminal rows (DONE, DEAD) with COALESCE(done_at, created_at) < before. Thread-safe.

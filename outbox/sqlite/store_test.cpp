@@ -1,4 +1,5 @@
-// SQLite-specific store behaviour; the engine-independent contract is tests/store_contract_test.cpp.
+// SQLite-specific store behaviour; the engine-independent contract is
+// tests/store_contract_test.cpp.
 
 #include "outbox/sqlite/store.hpp"
 

@@ -16,7 +16,9 @@ class TransactionTest : public ::testing::Test {
     context_ = std::make_shared<outbox::ThreadLocalTxContext>();
     tm_ = std::make_unique<outbox::TransactionManager>(pool_, context_);
   }
-  std::int64_t count() { return pool_->acquire()->query("SELECT COUNT(*) FROM t").at(0).get_int(0); }
+  std::int64_t count() {
+    return pool_->acquire()->query("SELECT COUNT(*) FROM t").at(0).get_int(0);
+  }
 
   outbox::testing::TempDir dir_;
   std::shared_ptr<outbox::sql::ConnectionPool> pool_;

@@ -45,7 +45,9 @@ class SqliteFixture : public ::testing::Test {
     listeners = std::make_shared<DefaultListenerRegistry>();
   }
 
-  std::optional<OutboxEvent> row(const std::string& id) { return store->find(*pool->acquire(), id); }
+  std::optional<OutboxEvent> row(const std::string& id) {
+    return store->find(*pool->acquire(), id);
+  }
   EventStatus status(const std::string& id) { return row(id).value().status; }
   std::int64_t count(EventStatus s) {
     return store->count_by_status(*pool->acquire())[static_cast<std::size_t>(s)];
