@@ -213,6 +213,44 @@ TEST_F(DispatcherTest, EventCompletedDuringAScanIsNotQueuedByThatScan) {
   EXPECT_EQ(metrics->snapshot().cold_enqueued, 0);
 }
 
+TEST_F(DispatcherTest, WriterHookReservesBeforeCommitSoThePollerCannotDeliverFirst) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
+  OutboxDispatcher d(options());
+  DispatcherWriterHook hook(d, metrics);
+  auto e = committed("A", "g1");
+  hook.after_write({e});
+  // The row is committed but the after-commit hook has not run yet; a poll cycle reads it.
+  EXPECT_TRUE(d.enqueue_cold(queued(e)));
+  EXPECT_EQ(metrics->snapshot().cold_enqueued, 0);
+  hook.after_commit({e});
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_success == 1; }));
+  EXPECT_EQ(metrics->snapshot().hot_enqueued, 1);
+
+  // A rolled-back write releases its reservation: the event id could be queued again.
+  auto r = committed("A", "g2");
+  hook.after_write({r});
+  hook.after_rollback({r});
+  EXPECT_TRUE(d.enqueue_cold(queued(r)));
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_success == 2; }));
+  EXPECT_EQ(metrics->snapshot().cold_enqueued, 1);
+  d.close();
+  EXPECT_EQ(calls.load(), 2);
+}
+
+TEST_F(DispatcherTest, WriterHookLeavesDelayedEventsToThePoller) {
+  OutboxDispatcher d(options());
+  DispatcherWriterHook hook(d, metrics);
+  auto delayed = EventEnvelope::builder(EventType::of("A"))
+                     .deliver_after(std::chrono::hours(1))
+                     .payload_json("{}")
+                     .build();
+  hook.after_write({delayed});
+  hook.after_commit({delayed});
+  EXPECT_EQ(metrics->snapshot().hot_enqueued, 0);
+  EXPECT_EQ(metrics->snapshot().hot_dropped, 0);
+}
+
 TEST_F(DispatcherTest, TwoHotForOneColdWhenBothHaveWork) {
   Gate gate;
   std::mutex m;
