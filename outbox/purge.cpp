@@ -80,8 +80,8 @@ int OutboxPurgeScheduler::run_once() {
         break;
       }
       std::lock_guard lock(state_mutex_);
-      if (closed_ && started_) {
-        break;
+      if (closed_) {
+        break;  // close() stops a long purge between batches
       }
     }
   } catch (const std::exception& e) {

@@ -43,7 +43,8 @@ inline bool wait_until(const std::function<bool()>& condition,
     if (std::chrono::steady_clock::now() >= deadline) {
       return condition();
     }
-    std::this_thread::yield();
+    // The poll interval of a bounded wait (not a fixed delay the test depends on): short enough
+    // to react quickly, long enough not to steal a core from the code under test.
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return true;
