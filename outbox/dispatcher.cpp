@@ -261,7 +261,7 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
   // never turned into a listener retry (the row stays pending and the poller brings it back).
   enum class Outcome { Done, Retry, Deferred, Dead } outcome = Outcome::Done;
   std::string message;
-  Timestamp next_at{};
+  std::chrono::milliseconds delay{0};
   bool count_attempt = true;
   const auto now = options_.clock->now();
   if (error) {
@@ -273,7 +273,7 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
       outcome = Outcome::Dead;
       count_attempt = false;
     } catch (const RetryLater& later) {
-      next_at = now + later.delay();
+      delay = later.delay();
       if (!later.count_attempt()) {
         outcome = Outcome::Deferred;
       } else {
@@ -284,7 +284,7 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
         outcome = Outcome::Dead;
       } else {
         outcome = Outcome::Retry;
-        next_at = now + options_.retry_policy->compute_delay(attempts);
+        delay = options_.retry_policy->compute_delay(attempts);
       }
     }
   }
@@ -304,10 +304,10 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
       case Outcome::Done:
         break;
       case Outcome::Retry:
-        store.mark_retry(*conn, id, next_at, message);
+        store.mark_retry(*conn, id, now, delay, message);
         break;
       case Outcome::Deferred:
-        store.mark_deferred(*conn, id, next_at, message);
+        store.mark_deferred(*conn, id, now, delay, message);
         break;
       case Outcome::Dead:
         store.mark_dead(*conn, id, message, count_attempt);

@@ -111,6 +111,7 @@ int OutboxPoller::poll() {
   auto& handler = *options_.handler;
   const int capacity = handler.available_capacity();
   if (capacity <= 0) {
+    completed_cycles_.fetch_add(1);
     return 0;
   }
   const int limit = std::min(capacity, options_.batch_size);
@@ -121,8 +122,7 @@ int OutboxPoller::poll() {
     const auto now = options_.clock->now();
     std::vector<OutboxEvent> rows;
     if (options_.claim_locking) {
-      rows = options_.store->claim_pending(*conn, owner_, now,
-                                           now - options_.claim_locking->lock_timeout,
+      rows = options_.store->claim_pending(*conn, owner_, now, options_.claim_locking->lock_timeout,
                                            options_.skip_recent, limit);
     } else {
       rows = options_.store->poll_pending(*conn, now, options_.skip_recent, limit);
@@ -158,6 +158,7 @@ int OutboxPoller::poll() {
     log(LogLevel::Error, std::string("OutboxPoller: poll cycle failed: ") + e.what());
   }
   handler.end_cycle();
+  completed_cycles_.fetch_add(1);
   return handed;
 }
 

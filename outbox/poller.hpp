@@ -1,6 +1,7 @@
 #pragma once
 // Low-frequency fallback scan of the outbox table (spec §10).
 
+#include <atomic>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
@@ -91,12 +92,15 @@ class OutboxPoller {
   void close();
   /// The claim owner in use (empty without claim locking).
   const std::string& owner() const noexcept { return owner_; }
+  /// Poll cycles completed so far (background and poll() calls alike).
+  std::uint64_t completed_cycles() const noexcept { return completed_cycles_.load(); }
 
  private:
   void run();
 
   Options options_;
   std::string owner_;
+  std::atomic<std::uint64_t> completed_cycles_{0};
   std::mutex cycle_mutex_;  // serialises poll() cycles
   std::mutex state_mutex_;  // guards started_, closed_
   std::condition_variable wake_;

@@ -49,8 +49,10 @@ inline constexpr std::size_t kMaxErrorLength = 4000;
 std::string truncate_error(std::string_view error);
 
 /// Reads and writes the outbox table through a caller-supplied connection; never commits or closes
-/// it. Implementations are thread-safe (stateless apart from configuration). Database failures
-/// throw outbox::StoreError. Status updates never change a DONE or DEAD row (replay excepted).
+/// it. `now` arguments are the caller's clock; an engine with a server clock may document that it
+/// uses the server's time instead (so skewed nodes agree on leases and due times). Implementations
+/// are thread-safe (stateless apart from configuration). Database failures throw
+/// outbox::StoreError. Status updates never change a DONE or DEAD row (replay excepted).
 class OutboxStore {
  public:
   virtual ~OutboxStore() = default;
@@ -64,12 +66,12 @@ class OutboxStore {
   /// mark_done for many ids in one statement per chunk; returns rows changed.
   virtual int mark_done_batch(sql::Connection& conn, const std::vector<std::string>& event_ids,
                               Timestamp now) = 0;
-  /// → RETRY with attempts + 1, due at `next_at`, error stored truncated.
-  virtual int mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp next_at,
-                         std::string_view error) = 0;
-  /// → RETRY due at `next_at` without counting an attempt (a listener's RetryLater).
-  virtual int mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp next_at,
-                            std::string_view reason) = 0;
+  /// → RETRY with attempts + 1, due `delay` after now, error stored truncated.
+  virtual int mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                         std::chrono::milliseconds delay, std::string_view error) = 0;
+  /// → RETRY due `delay` after now without counting an attempt (a listener's RetryLater).
+  virtual int mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                            std::chrono::milliseconds delay, std::string_view reason) = 0;
   /// → DEAD with the error (attempts + 1 when `count_attempt`).
   virtual int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
                         bool count_attempt = true) = 0;
@@ -78,10 +80,11 @@ class OutboxStore {
                                                 std::chrono::microseconds skip_recent,
                                                 int limit) = 0;
   /// Like poll_pending, but atomically sets locked_by = owner, locked_at = now on rows that are
-  /// unlocked or whose lock is older than `lock_expiry`; returns only the rows it claimed, oldest
+  /// unlocked or whose lock is older than `lock_timeout`; returns only the rows it claimed, oldest
   /// first. Safe across processes sharing the database.
   virtual std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
-                                                 Timestamp now, Timestamp lock_expiry,
+                                                 Timestamp now,
+                                                 std::chrono::milliseconds lock_timeout,
                                                  std::chrono::microseconds skip_recent,
                                                  int limit) = 0;
   /// DEAD rows, optional filters, oldest first.

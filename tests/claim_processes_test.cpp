@@ -30,7 +30,7 @@ int claim_until_empty(const std::string& db, const std::string& owner, const std
     }
     for (;;) {
       const auto now = std::chrono::system_clock::now();
-      auto rows = store.claim_pending(*conn, owner, now, now - 1h, 0us, 5);
+      auto rows = store.claim_pending(*conn, owner, now, 1h, 0us, 5);
       if (rows.empty()) {
         break;
       }

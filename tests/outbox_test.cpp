@@ -94,6 +94,8 @@ TEST_F(OutboxTest, AcceptanceQueueOverflowDowngrade) {
   o.worker_count = 1;
   o.hot_queue_capacity = 1;
   auto ob = Outbox::single_node(o);
+  // The poller's first cycle runs at start; let it pass so only this test's poll() calls poll.
+  ASSERT_TRUE(wait_until([&] { return ob.poller()->completed_cycles() >= 1; }));
   auto block = commit_one(ob, "Block");
   ASSERT_TRUE(wait_until([&] { return blocked.load(); }));
   auto queued = commit_one(ob, "E");   // fills the hot queue

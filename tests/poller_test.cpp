@@ -148,6 +148,7 @@ TEST_F(PollerTest, BackgroundLoopPollsAndStartAfterCloseThrows) {
   p.start();
   p.start();  // idempotent while running
   ASSERT_TRUE(wait_until([&] { return handler->cycles.load() >= 3; }));
+  EXPECT_GE(p.completed_cycles(), 3u);
   p.close();
   p.close();
   EXPECT_THROW(p.start(), std::logic_error);

@@ -155,7 +155,7 @@ TEST_P(StoreContract, DelayedEventIsNotPolledBeforeItIsDue) {
 
 TEST_P(StoreContract, MarkDoneOnlyFromPendingAndClearsClaim) {
   insert("a", t0);
-  ASSERT_EQ(store().claim_pending(conn(), "n1", t0 + 1s, t0, 0us, 10).size(), 1u);
+  ASSERT_EQ(store().claim_pending(conn(), "n1", t0 + 1s, 1s, 0us, 10).size(), 1u);
   EXPECT_EQ(store().mark_done(conn(), "a", t0 + 2s), 1);
   auto row = store().find(conn(), "a");
   EXPECT_EQ(row->status, EventStatus::Done);
@@ -163,7 +163,7 @@ TEST_P(StoreContract, MarkDoneOnlyFromPendingAndClearsClaim) {
   EXPECT_FALSE(row->locked_by);
   EXPECT_FALSE(row->locked_at);
   EXPECT_EQ(store().mark_done(conn(), "a", t0 + 3s), 0);
-  EXPECT_EQ(store().mark_retry(conn(), "a", t0, "x"), 0);
+  EXPECT_EQ(store().mark_retry(conn(), "a", t0, 0ms, "x"), 0);
   EXPECT_EQ(store().mark_dead(conn(), "a", "x"), 0);
   EXPECT_EQ(status("a"), EventStatus::Done);
   EXPECT_EQ(store().mark_done(conn(), "missing", t0), 0);
@@ -173,8 +173,8 @@ TEST_P(StoreContract, DeadRowsAreNeverTouchedByStatusUpdates) {
   insert("a", t0);
   EXPECT_EQ(store().mark_dead(conn(), "a", "bad"), 1);
   EXPECT_EQ(store().mark_done(conn(), "a", t0), 0);
-  EXPECT_EQ(store().mark_retry(conn(), "a", t0, "x"), 0);
-  EXPECT_EQ(store().mark_deferred(conn(), "a", t0, "x"), 0);
+  EXPECT_EQ(store().mark_retry(conn(), "a", t0, 0ms, "x"), 0);
+  EXPECT_EQ(store().mark_deferred(conn(), "a", t0, 0ms, "x"), 0);
   auto row = store().find(conn(), "a");
   EXPECT_EQ(row->status, EventStatus::Dead);
   EXPECT_EQ(row->last_error, "bad");
@@ -198,7 +198,7 @@ TEST_P(StoreContract, MarkDoneBatch) {
 TEST_P(StoreContract, RetryCountsAttemptsAndTruncatesErrors) {
   insert("a", t0);
   const std::string long_error(5000, 'e');
-  EXPECT_EQ(store().mark_retry(conn(), "a", t0 + 5s, long_error), 1);
+  EXPECT_EQ(store().mark_retry(conn(), "a", t0, 5s, long_error), 1);
   auto row = store().find(conn(), "a");
   EXPECT_EQ(row->status, EventStatus::Retry);
   EXPECT_EQ(row->attempts, 1);
@@ -206,14 +206,14 @@ TEST_P(StoreContract, RetryCountsAttemptsAndTruncatesErrors) {
   EXPECT_EQ(row->last_error->size(), outbox::kMaxErrorLength);
   EXPECT_TRUE(store().poll_pending(conn(), t0 + 4s, 0us, 10).empty());
   ASSERT_EQ(store().poll_pending(conn(), t0 + 5s, 0us, 10).size(), 1u);
-  EXPECT_EQ(store().mark_retry(conn(), "a", t0 + 6s, "again"), 1);
+  EXPECT_EQ(store().mark_retry(conn(), "a", t0, 6s, "again"), 1);
   EXPECT_EQ(store().find(conn(), "a")->attempts, 2);
 }
 
 TEST_P(StoreContract, DeferredKeepsTheAttemptCount) {
   insert("a", t0);
-  store().mark_retry(conn(), "a", t0 + 1s, "first");
-  EXPECT_EQ(store().mark_deferred(conn(), "a", t0 + 9s, "not yet"), 1);
+  store().mark_retry(conn(), "a", t0, 1s, "first");
+  EXPECT_EQ(store().mark_deferred(conn(), "a", t0, 9s, "not yet"), 1);
   auto row = store().find(conn(), "a");
   EXPECT_EQ(row->attempts, 1);
   EXPECT_EQ(row->status, EventStatus::Retry);
@@ -251,18 +251,18 @@ TEST_P(StoreContract, ClaimLocksRowsUntilExpiry) {
     insert("r" + std::to_string(i), t0 + std::chrono::seconds(i));
   }
   const auto now = t0 + 100s;
-  auto first = store().claim_pending(conn(), "node-a", now, now - 60s, 0us, 3);
+  auto first = store().claim_pending(conn(), "node-a", now, 60s, 0us, 3);
   ASSERT_EQ(first.size(), 3u);
   EXPECT_EQ(first[0].event_id, "r0");
   EXPECT_EQ(first[2].event_id, "r2");
   EXPECT_EQ(first[0].locked_by, "node-a");
-  auto second = store().claim_pending(conn(), "node-b", now, now - 60s, 0us, 10);
+  auto second = store().claim_pending(conn(), "node-b", now, 60s, 0us, 10);
   ASSERT_EQ(second.size(), 2u);
   EXPECT_EQ(second[0].event_id, "r3");
-  EXPECT_TRUE(store().claim_pending(conn(), "node-c", now, now - 60s, 0us, 10).empty());
+  EXPECT_TRUE(store().claim_pending(conn(), "node-c", now, 60s, 0us, 10).empty());
   // 61 s later node-a's locks have expired: node-c takes them over.
   const auto later = now + 61s;
-  auto reclaimed = store().claim_pending(conn(), "node-c", later, later - 60s, 0us, 10);
+  auto reclaimed = store().claim_pending(conn(), "node-c", later, 60s, 0us, 10);
   EXPECT_EQ(reclaimed.size(), 5u);
   for (const auto& r : reclaimed) {
     EXPECT_EQ(r.locked_by, "node-c");
@@ -278,7 +278,7 @@ TEST_P(StoreContract, ClaimSkipsNotDueAndRecentRows) {
                                  .deliver_after(1h)
                                  .payload_json("{}")
                                  .build());
-  auto rows = store().claim_pending(conn(), "n", t0 + 10s, t0, 5s, 10);
+  auto rows = store().claim_pending(conn(), "n", t0 + 10s, 10s, 5s, 10);
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].event_id, "old");
 }

@@ -193,15 +193,18 @@ int SqliteOutboxStore::mark_done_batch(sql::Connection& conn,
   return changed;
 }
 
-int SqliteOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id,
-                                  Timestamp next_at, std::string_view error) {
+int SqliteOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                  std::chrono::milliseconds delay, std::string_view error) {
+  const Timestamp next_at = now + delay;
   const std::string truncated = truncate_error(error);
   return static_cast<int>(
       conn.execute(mark_retry_sql_, {to_micros(next_at), TextRef{truncated}, TextRef{event_id}}));
 }
 
 int SqliteOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id,
-                                     Timestamp next_at, std::string_view reason) {
+                                     Timestamp now, std::chrono::milliseconds delay,
+                                     std::string_view reason) {
+  const Timestamp next_at = now + delay;
   const std::string truncated = truncate_error(reason);
   return static_cast<int>(conn.execute(
       mark_deferred_sql_, {to_micros(next_at), TextRef{truncated}, TextRef{event_id}}));
@@ -223,14 +226,14 @@ std::vector<OutboxEvent> SqliteOutboxStore::poll_pending(sql::Connection& conn, 
 
 std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
                                                           std::string_view owner, Timestamp now,
-                                                          Timestamp lock_expiry,
+                                                          std::chrono::milliseconds lock_timeout,
                                                           std::chrono::microseconds skip_recent,
                                                           int limit) {
   // One statement: SQLite runs it under the database write lock, so two processes can never
   // both claim a row.
   auto events = to_events(conn.query(
       claim_sql_, {TextRef{owner}, to_micros(now), to_micros(now), to_micros(now - skip_recent),
-                   to_micros(lock_expiry), std::int64_t{limit}}));
+                   to_micros(now - lock_timeout), std::int64_t{limit}}));
   // RETURNING gives no order guarantee.
   std::sort(events.begin(), events.end(), [](const OutboxEvent& a, const OutboxEvent& b) {
     return a.created_at != b.created_at ? a.created_at < b.created_at : a.event_id < b.event_id;

@@ -26,16 +26,16 @@ class SqliteOutboxStore final : public OutboxStore {
   int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
   int mark_done_batch(sql::Connection& conn, const std::vector<std::string>& event_ids,
                       Timestamp now) override;
-  int mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp next_at,
-                 std::string_view error) override;
-  int mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp next_at,
-                    std::string_view reason) override;
+  int mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                 std::chrono::milliseconds delay, std::string_view error) override;
+  int mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                    std::chrono::milliseconds delay, std::string_view reason) override;
   int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
                 bool count_attempt = true) override;
   std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
                                         std::chrono::microseconds skip_recent, int limit) override;
   std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
-                                         Timestamp now, Timestamp lock_expiry,
+                                         Timestamp now, std::chrono::milliseconds lock_timeout,
                                          std::chrono::microseconds skip_recent, int limit) override;
   std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                       std::optional<std::string_view> event_type,
