@@ -7,9 +7,12 @@
 #include <set>
 
 #include "outbox/errors.hpp"
+#include "outbox/postgres/driver.hpp"
+#include "outbox/postgres/store.hpp"
 #include "outbox/sqlite/driver.hpp"
 #include "outbox/sqlite/store.hpp"
 #include "outbox/store.hpp"
+#include "tests/support/servers.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace {
@@ -27,11 +30,16 @@ struct StoreBackend {
   std::shared_ptr<outbox::EventPurger> purger;
   std::shared_ptr<outbox::EventPurger> age_purger;
   std::shared_ptr<void> keep_alive;
+  /// The text the engine gives back for a JSON payload (PostgreSQL's JSONB re-renders it).
+  std::function<std::string(const std::string&)> stored_json = [](const std::string& s) {
+    return s;
+  };
 };
 
 struct BackendFactory {
   std::string name;
-  std::function<StoreBackend()> make;
+  std::function<std::optional<std::string>()> url;  ///< nullopt: engine not available
+  std::function<StoreBackend(const std::string& url)> make;
 };
 
 std::ostream& operator<<(std::ostream& os, const BackendFactory& f) {
@@ -39,7 +47,8 @@ std::ostream& operator<<(std::ostream& os, const BackendFactory& f) {
 }
 
 BackendFactory sqlite_backend() {
-  return {"sqlite", [] {
+  return {"sqlite", [] { return std::optional<std::string>(""); },
+          [](const std::string&) {
             auto dir = std::make_shared<outbox::testing::TempDir>();
             StoreBackend b;
             b.conn = outbox::sqlite::open(dir->file("contract.db"));
@@ -52,9 +61,42 @@ BackendFactory sqlite_backend() {
           }};
 }
 
+// A table of its own per test on the shared server, dropped afterwards. The store uses the
+// caller's clock here so the contract can be checked with fixed timestamps; the database clock is
+// tested separately.
+BackendFactory postgres_backend() {
+  return {
+      "postgres", [] { return outbox::testing::env("OUTBOX_TEST_PG_URL"); },
+      [](const std::string& url) {
+        StoreBackend b;
+        b.conn = outbox::postgres::connect(url);
+        const auto table = outbox::testing::unique_table("contract");
+        outbox::postgres::create_schema(*b.conn, table);
+        b.store = std::make_shared<outbox::postgres::PostgresOutboxStore>(
+            outbox::postgres::PostgresOutboxStore::Options{.table = table,
+                                                           .use_database_clock = false});
+        b.purger = std::make_shared<outbox::postgres::PostgresEventPurger>(table);
+        b.age_purger = std::make_shared<outbox::postgres::PostgresAgeBasedPurger>(table);
+        auto* raw = b.conn.get();
+        b.keep_alive = std::shared_ptr<void>(
+            nullptr, [raw, table](void*) { raw->execute("DROP TABLE IF EXISTS " + table); });
+        b.stored_json = [raw](const std::string& s) {
+          return raw->query("SELECT $1::jsonb::text", {outbox::sql::TextRef{s}}).at(0).get_text(0);
+        };
+        return b;
+      }};
+}
+
 class StoreContract : public ::testing::TestWithParam<BackendFactory> {
  protected:
-  void SetUp() override { b_ = GetParam().make(); }
+  void SetUp() override {
+    auto url = GetParam().url();
+    OUTBOX_REQUIRE_SERVER(url, "the " + GetParam().name + " server");
+    b_ = GetParam().make(*url);
+  }
+  void TearDown() override {
+    b_.keep_alive.reset();  // drops the table while the connection is still open
+  }
 
   outbox::sql::Connection& conn() { return *b_.conn; }
   outbox::OutboxStore& store() { return *b_.store; }
@@ -95,7 +137,7 @@ TEST_P(StoreContract, InsertAndFindRoundTripEveryField) {
   EXPECT_EQ(row->aggregate_type, "User");
   EXPECT_EQ(row->aggregate_id, "u-1");
   EXPECT_EQ(row->tenant_id, "t-9");
-  EXPECT_EQ(row->payload, R"({"name":"Zoë"})");
+  EXPECT_EQ(row->payload, b_.stored_json(R"({"name":"Zoë"})"));
   EXPECT_TRUE(row->payload_is_json);
   EXPECT_EQ(row->status, EventStatus::New);
   EXPECT_EQ(row->attempts, 0);
@@ -341,7 +383,8 @@ TEST_P(StoreContract, AgePurgerDeletesEveryOldRow) {
   EXPECT_FALSE(store().find(conn(), "old-new"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, StoreContract, ::testing::Values(sqlite_backend()),
+INSTANTIATE_TEST_SUITE_P(Engines, StoreContract,
+                         ::testing::Values(sqlite_backend(), postgres_backend()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(TableNames, AreValidated) {

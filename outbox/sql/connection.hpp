@@ -18,9 +18,11 @@ class Connection {
  public:
   virtual ~Connection() = default;
 
-  /// Runs a statement with positional `?` parameters; returns the number of rows changed.
+  /// Runs a statement with positional parameters in the engine's own syntax (`?` for SQLite and
+  /// MySQL, `$1` for PostgreSQL); returns the number of rows changed. Without parameters the text
+  /// may hold several statements.
   virtual std::int64_t execute(std::string_view sql, std::span<const Value> params) = 0;
-  /// Runs a query with positional `?` parameters and returns every row.
+  /// Runs a query with positional parameters (as execute) and returns every row.
   virtual std::vector<Row> query(std::string_view sql, std::span<const Value> params) = 0;
   /// Starts a transaction that takes the write lock at once where the engine distinguishes it.
   virtual void begin() = 0;
@@ -30,6 +32,8 @@ class Connection {
   virtual bool in_transaction() const = 0;
   /// The SQL dialect: "sqlite", "postgres" or "mysql".
   virtual std::string_view dialect() const = 0;
+  /// True when the link to the server is lost; a pool then discards the connection.
+  virtual bool is_broken() const { return false; }
 
   std::int64_t execute(std::string_view sql, std::initializer_list<Value> params = {}) {
     return execute(sql, std::span<const Value>(params.begin(), params.size()));

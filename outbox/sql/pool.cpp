@@ -46,7 +46,8 @@ void PooledConnection::release() noexcept {
     }
   }
   if (releaser_) {
-    releaser_(owner_, std::move(conn_), broken_);
+    const bool broken = broken_ || conn_->is_broken();
+    releaser_(owner_, std::move(conn_), broken);
   }
   conn_.reset();
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
 
 namespace outbox::sqlite {
@@ -16,51 +17,8 @@ constexpr int kColumnsPerRow = 11;
 constexpr std::size_t kInsertChunk = 500;
 constexpr std::size_t kIdChunk = 500;
 
-OutboxEvent to_event(const sql::Row& r) {
-  OutboxEvent e;
-  e.event_id = r.get_text(0);
-  e.event_type = r.get_text(1);
-  e.aggregate_type = r.get_optional_text(2).value_or(std::string(AggregateType::kGlobalName));
-  e.aggregate_id = r.get_optional_text(3);
-  e.tenant_id = r.get_optional_text(4);
-  e.payload_is_json = !r.is_blob(5);
-  e.payload = r.get_text(5);
-  e.headers_json = r.get_optional_text(6);
-  e.status = static_cast<EventStatus>(r.get_int(7));
-  e.attempts = static_cast<int>(r.get_int(8));
-  e.available_at = from_micros(r.get_int(9));
-  e.created_at = from_micros(r.get_int(10));
-  if (auto v = r.get_optional_int(11)) {
-    e.done_at = from_micros(*v);
-  }
-  e.last_error = r.get_optional_text(12);
-  e.locked_by = r.get_optional_text(13);
-  if (auto v = r.get_optional_int(14)) {
-    e.locked_at = from_micros(*v);
-  }
-  return e;
-}
-
-std::vector<OutboxEvent> to_events(const std::vector<sql::Row>& rows) {
-  std::vector<OutboxEvent> out;
-  out.reserve(rows.size());
-  for (const auto& r : rows) {
-    out.push_back(to_event(r));
-  }
-  return out;
-}
-
 Value opt_text(std::optional<std::string_view> s) {
   return s ? Value(TextRef{*s}) : Value(std::monostate{});
-}
-
-std::string placeholders(std::size_t n) {
-  std::string s;
-  s.reserve(n * 2);
-  for (std::size_t i = 0; i < n; ++i) {
-    s += i == 0 ? "?" : ",?";
-  }
-  return s;
 }
 
 }  // namespace
@@ -187,7 +145,7 @@ int SqliteOutboxStore::mark_done_batch(sql::Connection& conn,
         conn.execute("UPDATE " + table_ +
                          " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL "
                          "WHERE event_id IN (" +
-                         placeholders(n) + ") AND status IN (0, 2)",
+                         internal::question_marks(n) + ") AND status IN (0, 2)",
                      params));
   }
   return changed;
@@ -220,7 +178,7 @@ int SqliteOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_i
 std::vector<OutboxEvent> SqliteOutboxStore::poll_pending(sql::Connection& conn, Timestamp now,
                                                          std::chrono::microseconds skip_recent,
                                                          int limit) {
-  return to_events(
+  return internal::events_from_rows(
       conn.query(poll_sql_, {to_micros(now), to_micros(now - skip_recent), std::int64_t{limit}}));
 }
 
@@ -231,7 +189,7 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
                                                           int limit) {
   // One statement: SQLite runs it under the database write lock, so two processes can never
   // both claim a row.
-  auto events = to_events(conn.query(
+  auto events = internal::events_from_rows(conn.query(
       claim_sql_, {TextRef{owner}, to_micros(now), to_micros(now), to_micros(now - skip_recent),
                    to_micros(now - lock_timeout), std::int64_t{limit}}));
   // RETURNING gives no order guarantee.
@@ -244,7 +202,7 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
 std::vector<OutboxEvent> SqliteOutboxStore::query_dead(
     sql::Connection& conn, std::optional<std::string_view> event_type,
     std::optional<std::string_view> aggregate_type, int limit) {
-  return to_events(
+  return internal::events_from_rows(
       conn.query("SELECT " + select_columns_ + " FROM " + table_ +
                      " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1) AND "
                      "(?2 IS NULL OR aggregate_type = ?2) "
@@ -276,7 +234,7 @@ std::optional<OutboxEvent> SqliteOutboxStore::find(sql::Connection& conn,
   if (rows.empty()) {
     return std::nullopt;
   }
-  return to_event(rows.front());
+  return internal::event_from_row(rows.front());
 }
 
 std::vector<std::int64_t> SqliteOutboxStore::count_by_status(sql::Connection& conn) {

@@ -1,0 +1,22 @@
+#pragma once
+// Maps the canonical SELECT list every store uses to an OutboxEvent. Internal to the stores.
+//
+// Columns: 0 event_id, 1 event_type, 2 aggregate_type, 3 aggregate_id, 4 tenant_id,
+// 5 payload (JSON text; a blob means a bytes payload; NULL when column 15 holds the bytes),
+// 6 headers, 7 status, 8 attempts, 9 available_at, 10 created_at, 11 done_at (microseconds since
+// the epoch), 12 last_error, 13 locked_by, 14 locked_at, [15 payload bytes, optional].
+
+#include <vector>
+
+#include "outbox/sql/value.hpp"
+#include "outbox/store.hpp"
+
+namespace outbox::internal {
+
+OutboxEvent event_from_row(const sql::Row& row);
+std::vector<OutboxEvent> events_from_rows(const std::vector<sql::Row>& rows);
+
+/// "?,?,?" (n marks) for IN lists of engines with `?` parameters.
+std::string question_marks(std::size_t n);
+
+}  // namespace outbox::internal

@@ -1,0 +1,250 @@
+#include "outbox/postgres/driver.hpp"
+
+#include <libpq-fe.h>
+
+#include <atomic>
+#include <charconv>
+#include <unordered_map>
+
+#include "outbox/errors.hpp"
+
+namespace outbox::postgres {
+namespace {
+
+// Type OIDs of the result columns decoded natively (pg_type.h).
+constexpr Oid kInt8 = 20;
+constexpr Oid kInt2 = 21;
+constexpr Oid kInt4 = 23;
+constexpr Oid kBytea = 17;
+
+using ResultPtr = std::unique_ptr<PGresult, decltype(&PQclear)>;
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') {
+    return c - '0';
+  }
+  if (c >= 'a' && c <= 'f') {
+    return c - 'a' + 10;
+  }
+  if (c >= 'A' && c <= 'F') {
+    return c - 'A' + 10;
+  }
+  return -1;
+}
+
+class PgConnection final : public sql::Connection {
+ public:
+  PgConnection(PGconn* conn, bool owned) : conn_(conn), owned_(owned), instance_(++instances) {}
+  ~PgConnection() override {
+    if (owned_) {
+      PQfinish(conn_);
+    }
+  }
+  PgConnection(const PgConnection&) = delete;
+  PgConnection& operator=(const PgConnection&) = delete;
+
+  using sql::Connection::execute;
+  using sql::Connection::query;
+
+  std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
+    auto res = run(sql, params);
+    const char* n = PQcmdTuples(res.get());
+    std::int64_t count = 0;
+    if (n != nullptr && *n != '\0') {
+      std::from_chars(n, n + std::char_traits<char>::length(n), count);
+    }
+    return count;
+  }
+
+  std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
+    auto res = run(sql, params);
+    const int rows = PQntuples(res.get());
+    const int cols = PQnfields(res.get());
+    std::vector<sql::Row> out;
+    out.reserve(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r) {
+      std::vector<sql::Value> values;
+      values.reserve(static_cast<std::size_t>(cols));
+      for (int c = 0; c < cols; ++c) {
+        values.push_back(value(res.get(), r, c));
+      }
+      out.emplace_back(std::move(values));
+    }
+    return out;
+  }
+
+  void begin() override { run("BEGIN", {}); }
+  void commit() override { run("COMMIT", {}); }
+  void rollback() override { run("ROLLBACK", {}); }
+  bool in_transaction() const override {
+    const auto s = PQtransactionStatus(conn_);
+    return s == PQTRANS_INTRANS || s == PQTRANS_INERROR || s == PQTRANS_ACTIVE;
+  }
+  std::string_view dialect() const override { return "postgres"; }
+  bool is_broken() const override { return PQstatus(conn_) == CONNECTION_BAD; }
+
+ private:
+  [[noreturn]] void fail(const PGresult* res, std::string_view sql) const {
+    std::string sqlstate;
+    std::string message;
+    if (res != nullptr) {
+      if (const char* s = PQresultErrorField(res, PG_DIAG_SQLSTATE)) {
+        sqlstate = s;
+      }
+      message = PQresultErrorMessage(res);
+    }
+    if (message.empty()) {
+      message = PQerrorMessage(conn_);
+    }
+    while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
+      message.pop_back();
+    }
+    if (PQstatus(conn_) == CONNECTION_BAD && sqlstate.empty()) {
+      sqlstate = "08006";  // connection_failure
+    }
+    throw StoreError("postgres: " + message +
+                         (sqlstate.empty() ? "" : " [SQLSTATE " + sqlstate + "]") + " [" +
+                         std::string(sql.substr(0, 200)) + "]",
+                     sqlstate);
+  }
+
+  ResultPtr check(PGresult* raw, std::string_view sql) {
+    ResultPtr res(raw, &PQclear);
+    const auto status = res ? PQresultStatus(res.get()) : PGRES_FATAL_ERROR;
+    if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+      fail(res.get(), sql);
+    }
+    return res;
+  }
+
+  ResultPtr run(std::string_view sql, std::span<const sql::Value> params) {
+    if (PQstatus(conn_) == CONNECTION_BAD) {
+      fail(nullptr, sql);
+    }
+    if (params.empty()) {
+      // Simple protocol: allows several statements (schema scripts) and needs no preparation.
+      return check(PQexec(conn_, std::string(sql).c_str()), sql);
+    }
+    const std::string& name = prepare(sql, static_cast<int>(params.size()));
+    // Text parameters must be NUL-terminated: keep owned copies alive for the call.
+    std::vector<std::string> text(params.size());
+    std::vector<const char*> values(params.size(), nullptr);
+    std::vector<int> lengths(params.size(), 0);
+    std::vector<int> formats(params.size(), 0);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      std::visit(
+          [&](const auto& x) {
+            using T = std::decay_t<decltype(x)>;
+            if constexpr (std::is_same_v<T, std::monostate>) {
+              values[i] = nullptr;
+            } else if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>) {
+              text[i] = std::to_string(x);
+              values[i] = text[i].c_str();
+            } else if constexpr (std::is_same_v<T, std::string>) {
+              values[i] = x.c_str();
+            } else if constexpr (std::is_same_v<T, sql::TextRef>) {
+              text[i] = std::string(x.text);
+              values[i] = text[i].c_str();
+            } else {
+              // Blob / BlobRef: binary format, no copy.
+              static const char kEmpty = 0;
+              values[i] = x.bytes.empty() ? &kEmpty : reinterpret_cast<const char*>(x.bytes.data());
+              lengths[i] = static_cast<int>(x.bytes.size());
+              formats[i] = 1;
+            }
+          },
+          params[i]);
+    }
+    return check(PQexecPrepared(conn_, name.c_str(), static_cast<int>(params.size()), values.data(),
+                                lengths.data(), formats.data(), 0),
+                 sql);
+  }
+
+  const std::string& prepare(std::string_view sql, int nparams) {
+    auto it = statements_.find(sql);
+    if (it != statements_.end()) {
+      return it->second;
+    }
+    // Unique per wrapper too: two wrappers of one caller-owned PGconn must not collide.
+    std::string name =
+        "outbox_" + std::to_string(instance_) + "_" + std::to_string(statements_.size() + 1);
+    check(PQprepare(conn_, name.c_str(), std::string(sql).c_str(), nparams, nullptr), sql);
+    return statements_.emplace(std::string(sql), std::move(name)).first->second;
+  }
+
+  static sql::Value value(const PGresult* res, int r, int c) {
+    if (PQgetisnull(res, r, c)) {
+      return std::monostate{};
+    }
+    const char* v = PQgetvalue(res, r, c);
+    const auto len = static_cast<std::size_t>(PQgetlength(res, r, c));
+    switch (PQftype(res, c)) {
+      case kInt8:
+      case kInt4:
+      case kInt2: {
+        std::int64_t n = 0;
+        std::from_chars(v, v + len, n);
+        return n;
+      }
+      case kBytea: {
+        // Text-format bytea is hex: \x0a1b…
+        sql::Blob blob;
+        if (len >= 2 && v[0] == '\\' && v[1] == 'x') {
+          blob.bytes.reserve((len - 2) / 2);
+          for (std::size_t i = 2; i + 1 < len; i += 2) {
+            blob.bytes.push_back(
+                static_cast<std::uint8_t>(hex_value(v[i]) * 16 + hex_value(v[i + 1])));
+          }
+        }
+        return blob;
+      }
+      default:
+        return std::string(v, len);
+    }
+  }
+
+  struct SqlHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
+  static inline std::atomic<std::uint64_t> instances{0};
+  PGconn* conn_;
+  bool owned_;
+  std::uint64_t instance_;
+  std::unordered_map<std::string, std::string, SqlHash, std::equal_to<>> statements_;
+};
+
+}  // namespace
+
+std::unique_ptr<sql::Connection> connect(const std::string& conninfo) {
+  PGconn* conn = PQconnectdb(conninfo.c_str());
+  if (conn == nullptr) {
+    throw StoreError("postgres: out of memory creating a connection");
+  }
+  if (PQstatus(conn) != CONNECTION_OK) {
+    std::string msg = PQerrorMessage(conn);
+    PQfinish(conn);
+    while (!msg.empty() && msg.back() == '\n') {
+      msg.pop_back();
+    }
+    throw StoreError("postgres: cannot connect: " + msg, "08001");
+  }
+  return std::make_unique<PgConnection>(conn, true);
+}
+
+std::unique_ptr<sql::Connection> wrap(pg_conn* conn) {
+  if (conn == nullptr) {
+    throw std::invalid_argument("postgres::wrap: null connection");
+  }
+  return std::make_unique<PgConnection>(conn, false);
+}
+
+std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& conninfo, std::size_t max_size) {
+  return std::make_shared<sql::ConnectionPool>(sql::ConnectionPool::Options{
+      .factory = [conninfo] { return connect(conninfo); },
+      .max_size = max_size,
+  });
+}
+
+}  // namespace outbox::postgres

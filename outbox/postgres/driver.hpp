@@ -1,0 +1,26 @@
+#pragma once
+// PostgreSQL driver for the sql::Connection interface (libpq; its header stays out of here).
+// Parameters are written $1, $2 … as in PostgreSQL itself.
+
+#include <memory>
+#include <string>
+
+#include "outbox/sql/connection.hpp"
+#include "outbox/sql/pool.hpp"
+
+struct pg_conn;
+
+namespace outbox::postgres {
+
+/// Opens a connection from a libpq connection string or URI. Throws outbox::StoreError.
+std::unique_ptr<sql::Connection> connect(const std::string& conninfo);
+
+/// Wraps a caller-owned connection; the caller keeps ownership and must outlive the wrapper.
+/// Statements this wrapper prepares are named with an "outbox_" prefix.
+std::unique_ptr<sql::Connection> wrap(pg_conn* conn);
+
+/// A pool of connections to one database.
+std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& conninfo,
+                                               std::size_t max_size = 8);
+
+}  // namespace outbox::postgres

@@ -1,0 +1,350 @@
+#include "outbox/postgres/store.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "outbox/internal/event_row.hpp"
+#include "outbox/sql/connection.hpp"
+
+namespace outbox::postgres {
+namespace {
+
+using sql::TextRef;
+using sql::Value;
+
+constexpr std::size_t kInsertChunk = 500;  // 10 parameters a row, well under 65535
+
+// A timestamp parameter given as microseconds since the epoch.
+std::string ts(int param) {
+  return "('epoch'::timestamptz + $" + std::to_string(param) +
+         "::bigint * interval '1 microsecond')";
+}
+
+std::string micros(const std::string& column) {
+  return "(EXTRACT(EPOCH FROM " + column + ") * 1000000)::bigint";
+}
+
+std::string select_list() {
+  return "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload::text, "
+         "headers::text, status, attempts, " +
+         micros("available_at") + ", " + micros("created_at") + ", " + micros("done_at") +
+         ", last_error, locked_by, " + micros("locked_at") + ", payload_bytes";
+}
+
+Value opt_text(std::optional<std::string_view> s) {
+  return s ? Value(TextRef{*s}) : Value(std::monostate{});
+}
+
+// A text[] literal: {"a","b"} with quotes and backslashes escaped.
+std::string text_array(const std::vector<std::string>& items) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) {
+      out.push_back(',');
+    }
+    out.push_back('"');
+    for (char c : items[i]) {
+      if (c == '"' || c == '\\') {
+        out.push_back('\\');
+      }
+      out.push_back(c);
+    }
+    out.push_back('"');
+  }
+  out.push_back('}');
+  return out;
+}
+
+int to_int(std::int64_t n) {
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+void create_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  conn.execute("CREATE TABLE IF NOT EXISTS " + table +
+               " ("
+               "event_id TEXT PRIMARY KEY, "
+               "event_type TEXT NOT NULL, "
+               "aggregate_type TEXT, "
+               "aggregate_id TEXT, "
+               "tenant_id TEXT, "
+               "payload JSONB, "
+               "payload_bytes BYTEA, "
+               "headers JSONB, "
+               "status SMALLINT NOT NULL, "
+               "attempts INT NOT NULL DEFAULT 0, "
+               "available_at TIMESTAMPTZ NOT NULL, "
+               "created_at TIMESTAMPTZ NOT NULL, "
+               "done_at TIMESTAMPTZ, "
+               "last_error TEXT, "
+               "locked_by TEXT, "
+               "locked_at TIMESTAMPTZ, "
+               "CONSTRAINT " +
+               table + "_one_payload CHECK ((payload IS NULL) <> (payload_bytes IS NULL)));" +
+               // Pending rows only, in claim order: claim and poll read the head of this small
+               // index instead of sorting the backlog (see docs/guide.md, "Indexes").
+               "CREATE INDEX IF NOT EXISTS " + table + "_pending ON " + table +
+               " (created_at, event_id) WHERE status IN (0, 2);" + "CREATE INDEX IF NOT EXISTS " +
+               table + "_terminal ON " + table + " (created_at) WHERE status IN (1, 3);" +
+               "CREATE INDEX IF NOT EXISTS " + table + "_created ON " + table + " (created_at);");
+}
+
+PostgresOutboxStore::PostgresOutboxStore(Options options) : options_(std::move(options)) {
+  validate_table_name(options_.table);
+  if (!options_.codec) {
+    options_.codec = &JsonCodec::default_codec();
+  }
+  select_ = select_list();
+}
+
+std::string PostgresOutboxStore::now_sql(int param) const {
+  return options_.use_database_clock ? std::string("now()") : ts(param);
+}
+
+void PostgresOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event) {
+  insert_batch(conn, {event});
+}
+
+void PostgresOutboxStore::insert_batch(sql::Connection& conn,
+                                       const std::vector<EventEnvelope>& events) {
+  const auto& t = options_.table;
+  for (std::size_t start = 0; start < events.size(); start += kInsertChunk) {
+    const std::size_t n = std::min(kInsertChunk, events.size() - start);
+    std::string sql = "INSERT INTO " + t +
+                      " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
+                      "payload_bytes, headers, status, attempts, available_at, created_at) VALUES ";
+    std::vector<Value> params;
+    params.reserve(n * 10);
+    std::vector<std::optional<std::string>> headers(n);
+    int p = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const EventEnvelope& e = events[start + i];
+      const int b = p;
+      auto arg = [&](int k) { return "$" + std::to_string(b + k); };
+      // Due time: the server's now() plus the event's delay, or the absolute caller time.
+      const std::string due = options_.use_database_clock
+                                  ? "(now() + " + arg(9) + "::bigint * interval '1 microsecond')"
+                                  : ts(b + 9);
+      sql += (i == 0 ? "(" : ",(") + arg(1) + "," + arg(2) + "," + arg(3) + "," + arg(4) + "," +
+             arg(5) + "," + arg(6) + "::jsonb," + arg(7) + "::bytea," + arg(8) + "::jsonb,0,0," +
+             due + "," + ts(b + 10) + ")";
+      headers[i] = options_.codec->to_json(e.headers());
+      params.emplace_back(TextRef{e.event_id()});
+      params.emplace_back(TextRef{e.event_type()});
+      params.emplace_back(TextRef{e.aggregate_type()});
+      params.push_back(sql::text_or_null(e.aggregate_id()));
+      params.push_back(sql::text_or_null(e.tenant_id()));
+      if (e.has_json_payload()) {
+        params.emplace_back(TextRef{e.payload_json()});
+        params.emplace_back(std::monostate{});
+      } else {
+        params.emplace_back(std::monostate{});
+        params.emplace_back(sql::BlobRef{e.payload_bytes()});
+      }
+      params.push_back(sql::text_or_null(headers[i]));
+      const auto created = to_micros(e.occurred_at());
+      const auto available = e.available_at() ? to_micros(*e.available_at()) : created;
+      params.emplace_back(
+          options_.use_database_clock ? std::max<std::int64_t>(0, available - created) : available);
+      params.emplace_back(created);
+      p += 10;
+    }
+    conn.execute(sql, params);
+  }
+}
+
+int PostgresOutboxStore::mark_done(sql::Connection& conn, std::string_view event_id,
+                                   Timestamp now) {
+  return mark_done_batch(conn, {std::string(event_id)}, now);
+}
+
+int PostgresOutboxStore::mark_done_batch(sql::Connection& conn,
+                                         const std::vector<std::string>& event_ids, Timestamp now) {
+  if (event_ids.empty()) {
+    return 0;
+  }
+  const std::string sql = "UPDATE " + options_.table + " SET status = 1, done_at = " + now_sql(2) +
+                          ", locked_by = NULL, locked_at = NULL "
+                          "WHERE event_id = ANY($1::text[]) AND status IN (0, 2)";
+  const std::string ids = text_array(event_ids);
+  if (options_.use_database_clock) {
+    return to_int(conn.execute(sql, {TextRef{ids}}));
+  }
+  return to_int(conn.execute(sql, {TextRef{ids}, to_micros(now)}));
+}
+
+int PostgresOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                    std::chrono::milliseconds delay, std::string_view error) {
+  const std::string sql = "UPDATE " + options_.table +
+                          " SET status = 2, attempts = attempts + 1, available_at = " + now_sql(4) +
+                          " + $3::bigint * interval '1 millisecond', last_error = $2, "
+                          "locked_by = NULL, locked_at = NULL "
+                          "WHERE event_id = $1 AND status IN (0, 2)";
+  const std::string truncated = truncate_error(error);
+  if (options_.use_database_clock) {
+    return to_int(conn.execute(
+        sql, {TextRef{event_id}, TextRef{truncated}, static_cast<std::int64_t>(delay.count())}));
+  }
+  return to_int(conn.execute(sql, {TextRef{event_id}, TextRef{truncated},
+                                   static_cast<std::int64_t>(delay.count()), to_micros(now)}));
+}
+
+int PostgresOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id,
+                                       Timestamp now, std::chrono::milliseconds delay,
+                                       std::string_view reason) {
+  const std::string sql = "UPDATE " + options_.table +
+                          " SET status = 2, available_at = " + now_sql(4) +
+                          " + $3::bigint * interval '1 millisecond', last_error = $2, "
+                          "locked_by = NULL, locked_at = NULL "
+                          "WHERE event_id = $1 AND status IN (0, 2)";
+  const std::string truncated = truncate_error(reason);
+  if (options_.use_database_clock) {
+    return to_int(conn.execute(
+        sql, {TextRef{event_id}, TextRef{truncated}, static_cast<std::int64_t>(delay.count())}));
+  }
+  return to_int(conn.execute(sql, {TextRef{event_id}, TextRef{truncated},
+                                   static_cast<std::int64_t>(delay.count()), to_micros(now)}));
+}
+
+int PostgresOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id,
+                                   std::string_view error, bool count_attempt) {
+  const std::string truncated = truncate_error(error);
+  return to_int(
+      conn.execute("UPDATE " + options_.table +
+                       " SET status = 3, attempts = attempts + $3::int, last_error = $2, "
+                       "locked_by = NULL, locked_at = NULL "
+                       "WHERE event_id = $1 AND status IN (0, 2)",
+                   {TextRef{event_id}, TextRef{truncated}, std::int64_t{count_attempt ? 1 : 0}}));
+}
+
+std::vector<OutboxEvent> PostgresOutboxStore::poll_pending(sql::Connection& conn, Timestamp now,
+                                                           std::chrono::microseconds skip_recent,
+                                                           int limit) {
+  const std::string sql = "SELECT " + select_ + " FROM " + options_.table +
+                          " WHERE status IN (0, 2) AND available_at <= " + now_sql(3) +
+                          " AND created_at <= " + now_sql(3) +
+                          " - $2::bigint * interval '1 microsecond' "
+                          "ORDER BY created_at, event_id LIMIT $1";
+  std::vector<sql::Row> rows;
+  if (options_.use_database_clock) {
+    rows = conn.query(sql, {std::int64_t{limit}, static_cast<std::int64_t>(skip_recent.count())});
+  } else {
+    rows = conn.query(
+        sql, {std::int64_t{limit}, static_cast<std::int64_t>(skip_recent.count()), to_micros(now)});
+  }
+  return internal::events_from_rows(rows);
+}
+
+std::vector<OutboxEvent> PostgresOutboxStore::claim_pending(sql::Connection& conn,
+                                                            std::string_view owner, Timestamp now,
+                                                            std::chrono::milliseconds lock_timeout,
+                                                            std::chrono::microseconds skip_recent,
+                                                            int limit) {
+  const auto& t = options_.table;
+  // One round trip: lock the oldest claimable rows (skipping rows other nodes are claiming right
+  // now), stamp them, and return them in claim order.
+  const std::string sql =
+      "WITH c AS (SELECT event_id FROM " + t +
+      " WHERE status IN (0, 2) AND available_at <= " + now_sql(5) +
+      " AND created_at <= " + now_sql(5) +
+      " - $3::bigint * interval '1 microsecond' AND (locked_by IS NULL OR locked_at < " +
+      now_sql(5) +
+      " - $4::bigint * interval '1 millisecond') ORDER BY created_at, event_id LIMIT $2 "
+      "FOR UPDATE SKIP LOCKED), "
+      "u AS (UPDATE " +
+      t + " o SET locked_by = $1, locked_at = " + now_sql(5) +
+      " FROM c WHERE o.event_id = c.event_id RETURNING o.*) SELECT " + select_ +
+      " FROM u ORDER BY created_at, event_id";
+  std::vector<sql::Row> rows;
+  if (options_.use_database_clock) {
+    rows = conn.query(
+        sql, {TextRef{owner}, std::int64_t{limit}, static_cast<std::int64_t>(skip_recent.count()),
+              static_cast<std::int64_t>(lock_timeout.count())});
+  } else {
+    rows = conn.query(
+        sql, {TextRef{owner}, std::int64_t{limit}, static_cast<std::int64_t>(skip_recent.count()),
+              static_cast<std::int64_t>(lock_timeout.count()), to_micros(now)});
+  }
+  return internal::events_from_rows(rows);
+}
+
+std::vector<OutboxEvent> PostgresOutboxStore::query_dead(
+    sql::Connection& conn, std::optional<std::string_view> event_type,
+    std::optional<std::string_view> aggregate_type, int limit) {
+  return internal::events_from_rows(
+      conn.query("SELECT " + select_ + " FROM " + options_.table +
+                     " WHERE status = 3 AND ($1::text IS NULL OR event_type = $1) AND "
+                     "($2::text IS NULL OR aggregate_type = $2) "
+                     "ORDER BY created_at, event_id LIMIT $3",
+                 {opt_text(event_type), opt_text(aggregate_type), std::int64_t{limit}}));
+}
+
+int PostgresOutboxStore::replay_dead(sql::Connection& conn, std::string_view event_id,
+                                     Timestamp now) {
+  const std::string sql = "UPDATE " + options_.table +
+                          " SET status = 0, attempts = 0, available_at = " + now_sql(2) +
+                          ", done_at = NULL, locked_by = NULL, locked_at = NULL "
+                          "WHERE event_id = $1 AND status = 3";
+  if (options_.use_database_clock) {
+    return to_int(conn.execute(sql, {TextRef{event_id}}));
+  }
+  return to_int(conn.execute(sql, {TextRef{event_id}, to_micros(now)}));
+}
+
+int PostgresOutboxStore::count_dead(sql::Connection& conn,
+                                    std::optional<std::string_view> event_type) {
+  return to_int(conn.query("SELECT COUNT(*) FROM " + options_.table +
+                               " WHERE status = 3 AND ($1::text IS NULL OR event_type = $1)",
+                           {opt_text(event_type)})
+                    .at(0)
+                    .get_int(0));
+}
+
+std::optional<OutboxEvent> PostgresOutboxStore::find(sql::Connection& conn,
+                                                     std::string_view event_id) {
+  auto rows = conn.query("SELECT " + select_ + " FROM " + options_.table + " WHERE event_id = $1",
+                         {TextRef{event_id}});
+  if (rows.empty()) {
+    return std::nullopt;
+  }
+  return internal::event_from_row(rows.front());
+}
+
+std::vector<std::int64_t> PostgresOutboxStore::count_by_status(sql::Connection& conn) {
+  std::vector<std::int64_t> counts(4, 0);
+  for (const auto& r :
+       conn.query("SELECT status, COUNT(*) FROM " + options_.table + " GROUP BY status")) {
+    const auto status = r.get_int(0);
+    if (status >= 0 && status < 4) {
+      counts[static_cast<std::size_t>(status)] = r.get_int(1);
+    }
+  }
+  return counts;
+}
+
+PostgresEventPurger::PostgresEventPurger(std::string table) : table_(std::move(table)) {
+  validate_table_name(table_);
+}
+
+int PostgresEventPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
+  return to_int(conn.execute("DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " +
+                                 table_ +
+                                 " WHERE status IN (1, 3) AND COALESCE(done_at, created_at) < " +
+                                 ts(1) + " ORDER BY created_at LIMIT $2)",
+                             {to_micros(before), std::int64_t{limit}}));
+}
+
+PostgresAgeBasedPurger::PostgresAgeBasedPurger(std::string table) : table_(std::move(table)) {
+  validate_table_name(table_);
+}
+
+int PostgresAgeBasedPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
+  return to_int(conn.execute("DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " +
+                                 table_ + " WHERE created_at < " + ts(1) +
+                                 " ORDER BY created_at LIMIT $2)",
+                             {to_micros(before), std::int64_t{limit}}));
+}
+
+}  // namespace outbox::postgres

@@ -1,0 +1,45 @@
+#pragma once
+// Where the throwaway servers started by scripts/with-test-servers are. Without them, server tests
+// skip — unless OUTBOX_REQUIRE_SERVERS=1 (set by scripts/test), which turns a skip into a failure.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include <unistd.h>
+
+namespace outbox::testing {
+
+inline std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') {
+    return std::nullopt;
+  }
+  return std::string(v);
+}
+
+inline bool servers_required() {
+  return env("OUTBOX_REQUIRE_SERVERS").value_or("") == "1";
+}
+
+/// A table name no other test process uses.
+inline std::string unique_table(const std::string& prefix) {
+  static std::atomic<int> counter{0};
+  return prefix + "_" + std::to_string(getpid()) + "_" + std::to_string(++counter);
+}
+
+}  // namespace outbox::testing
+
+/// Skips (or fails, when servers are required) the current test if `url` is empty.
+#define OUTBOX_REQUIRE_SERVER(url, name)                                          \
+  do {                                                                            \
+    if (!(url)) {                                                                 \
+      if (::outbox::testing::servers_required()) {                                \
+        FAIL() << (name) << " is required but its URL variable is not set";       \
+      }                                                                           \
+      GTEST_SKIP() << (name) << " not available (see scripts/with-test-servers)"; \
+    }                                                                             \
+  } while (0)
