@@ -7,6 +7,8 @@
 #include <set>
 
 #include "outbox/errors.hpp"
+#include "outbox/mysql/driver.hpp"
+#include "outbox/mysql/store.hpp"
 #include "outbox/postgres/driver.hpp"
 #include "outbox/postgres/store.hpp"
 #include "outbox/sqlite/driver.hpp"
@@ -83,6 +85,25 @@ BackendFactory postgres_backend() {
         b.stored_json = [raw](const std::string& s) {
           return raw->query("SELECT $1::jsonb::text", {outbox::sql::TextRef{s}}).at(0).get_text(0);
         };
+        return b;
+      }};
+}
+
+BackendFactory mysql_backend() {
+  return {
+      "mysql", [] { return outbox::testing::env("OUTBOX_TEST_MYSQL_URL"); },
+      [](const std::string& url) {
+        StoreBackend b;
+        b.conn = outbox::mysql::connect(url);
+        const auto table = outbox::testing::unique_table("contract");
+        outbox::mysql::create_schema(*b.conn, table);
+        b.store = std::make_shared<outbox::mysql::MySqlOutboxStore>(
+            outbox::mysql::MySqlOutboxStore::Options{.table = table, .use_database_clock = false});
+        b.purger = std::make_shared<outbox::mysql::MySqlEventPurger>(table);
+        b.age_purger = std::make_shared<outbox::mysql::MySqlAgeBasedPurger>(table);
+        auto* raw = b.conn.get();
+        b.keep_alive = std::shared_ptr<void>(
+            nullptr, [raw, table](void*) { raw->execute("DROP TABLE IF EXISTS " + table); });
         return b;
       }};
 }
@@ -384,7 +405,7 @@ TEST_P(StoreContract, AgePurgerDeletesEveryOldRow) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, StoreContract,
-                         ::testing::Values(sqlite_backend(), postgres_backend()),
+                         ::testing::Values(sqlite_backend(), postgres_backend(), mysql_backend()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(TableNames, AreValidated) {

@@ -1,0 +1,394 @@
+#include "outbox/mysql/store.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "outbox/internal/event_row.hpp"
+#include "outbox/sql/connection.hpp"
+
+namespace outbox::mysql {
+namespace {
+
+using sql::TextRef;
+using sql::Value;
+
+constexpr std::size_t kInsertChunk = 500;
+constexpr std::size_t kIdChunk = 500;
+constexpr const char* kEpoch = "TIMESTAMP'1970-01-01 00:00:00'";
+
+std::string micros(const std::string& column) {
+  return std::string("TIMESTAMPDIFF(MICROSECOND, ") + kEpoch + ", " + column + ")";
+}
+
+// Builds a statement and its `?` parameters side by side, so a timestamp can be the server's
+// clock (no parameter) or the caller's (one parameter) without renumbering anything.
+class Query {
+ public:
+  explicit Query(bool database_clock) : database_clock_(database_clock) {}
+  Query& sql(const std::string& text) {
+    sql_ += text;
+    return *this;
+  }
+  Query& param(Value v) {
+    sql_ += '?';
+    params_.push_back(std::move(v));
+    return *this;
+  }
+  /// The current time: UTC_TIMESTAMP(6), or the caller's `now`.
+  Query& now(Timestamp now) {
+    if (database_clock_) {
+      sql_ += "UTC_TIMESTAMP(6)";
+      return *this;
+    }
+    return at(now);
+  }
+  /// A caller-given instant.
+  Query& at(Timestamp t) {
+    sql_ += std::string("(") + kEpoch + " + INTERVAL ";
+    param(to_micros(t));
+    sql_ += " MICROSECOND)";
+    return *this;
+  }
+  Query& ids(const std::vector<std::string>& ids, std::size_t from, std::size_t n) {
+    sql_ += '(';
+    for (std::size_t k = 0; k < n; ++k) {
+      if (k > 0) {
+        sql_ += ',';
+      }
+      param(TextRef{ids[from + k]});
+    }
+    sql_ += ')';
+    return *this;
+  }
+  std::int64_t execute(sql::Connection& conn) const { return conn.execute(sql_, params_); }
+  std::vector<sql::Row> query(sql::Connection& conn) const { return conn.query(sql_, params_); }
+
+ private:
+  bool database_clock_;
+  std::string sql_;
+  std::vector<Value> params_;
+};
+
+std::string select_list() {
+  return "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, "
+         "attempts, " +
+         micros("available_at") + ", " + micros("created_at") + ", " + micros("done_at") +
+         ", last_error, locked_by, " + micros("locked_at") + ", payload_bytes";
+}
+
+Value opt_text(std::optional<std::string_view> s) {
+  return s ? Value(TextRef{*s}) : Value(std::monostate{});
+}
+
+int to_int(std::int64_t n) {
+  return static_cast<int>(n);
+}
+
+}  // namespace
+
+void create_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  // No partial indexes here: pending_at / terminal_at are NULL outside their statuses, so their
+  // indexes hold the pending (resp. terminal) rows in claim (resp. purge) order at the front of a
+  // range scan, whatever the size of the rest of the table.
+  conn.execute("CREATE TABLE IF NOT EXISTS " + table +
+               " ("
+               "event_id VARCHAR(64) NOT NULL PRIMARY KEY, "
+               "event_type VARCHAR(128) NOT NULL, "
+               "aggregate_type VARCHAR(64), "
+               "aggregate_id VARCHAR(128), "
+               "tenant_id VARCHAR(64), "
+               "payload JSON NULL, "
+               "payload_bytes LONGBLOB NULL, "
+               "headers JSON NULL, "
+               "status TINYINT NOT NULL, "
+               "attempts INT NOT NULL DEFAULT 0, "
+               "available_at DATETIME(6) NOT NULL, "
+               "created_at DATETIME(6) NOT NULL, "
+               "done_at DATETIME(6) NULL, "
+               "last_error TEXT NULL, "
+               "locked_by VARCHAR(128) NULL, "
+               "locked_at DATETIME(6) NULL, "
+               "pending_at DATETIME(6) AS (IF(status IN (0, 2), created_at, NULL)) STORED, "
+               "terminal_at DATETIME(6) AS (IF(status IN (1, 3), COALESCE(done_at, created_at), "
+               "NULL)) STORED, "
+               "INDEX " +
+               table + "_pending (pending_at, event_id), INDEX " + table +
+               "_terminal (terminal_at), INDEX " + table +
+               "_created (created_at), "
+               "CONSTRAINT " +
+               table +
+               "_one_payload CHECK ((payload IS NULL) <> (payload_bytes IS NULL))"
+               ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin");
+}
+
+MySqlOutboxStore::MySqlOutboxStore(Options options) : options_(std::move(options)) {
+  validate_table_name(options_.table);
+  if (!options_.codec) {
+    options_.codec = &JsonCodec::default_codec();
+  }
+  select_ = select_list();
+}
+
+void MySqlOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event) {
+  insert_batch(conn, {event});
+}
+
+void MySqlOutboxStore::insert_batch(sql::Connection& conn,
+                                    const std::vector<EventEnvelope>& events) {
+  const bool db_clock = options_.use_database_clock;
+  for (std::size_t start = 0; start < events.size(); start += kInsertChunk) {
+    const std::size_t n = std::min(kInsertChunk, events.size() - start);
+    Query q(db_clock);
+    q.sql("INSERT INTO " + options_.table +
+          " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
+          "payload_bytes, headers, status, attempts, available_at, created_at) VALUES ");
+    std::vector<std::optional<std::string>> headers(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const EventEnvelope& e = events[start + i];
+      headers[i] = options_.codec->to_json(e.headers());
+      q.sql(i == 0 ? "(" : ",(");
+      q.param(TextRef{e.event_id()}).sql(",").param(TextRef{e.event_type()}).sql(",");
+      q.param(TextRef{e.aggregate_type()}).sql(",").param(sql::text_or_null(e.aggregate_id()));
+      q.sql(",").param(sql::text_or_null(e.tenant_id())).sql(",");
+      if (e.has_json_payload()) {
+        q.param(TextRef{e.payload_json()}).sql(",NULL,");
+      } else {
+        q.sql("NULL,").param(sql::BlobRef{e.payload_bytes()}).sql(",");
+      }
+      q.param(sql::text_or_null(headers[i])).sql(",0,0,");
+      const auto created = to_micros(e.occurred_at());
+      const auto available = e.available_at() ? to_micros(*e.available_at()) : created;
+      if (db_clock) {
+        q.sql("UTC_TIMESTAMP(6) + INTERVAL ")
+            .param(std::max<std::int64_t>(0, available - created))
+            .sql(" MICROSECOND");
+      } else {
+        q.at(from_micros(available));
+      }
+      q.sql(",").at(e.occurred_at()).sql(")");
+    }
+    q.execute(conn);
+  }
+}
+
+int MySqlOutboxStore::mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) {
+  return mark_done_batch(conn, {std::string(event_id)}, now);
+}
+
+int MySqlOutboxStore::mark_done_batch(sql::Connection& conn,
+                                      const std::vector<std::string>& event_ids, Timestamp now) {
+  int changed = 0;
+  for (std::size_t i = 0; i < event_ids.size(); i += kIdChunk) {
+    const std::size_t n = std::min(kIdChunk, event_ids.size() - i);
+    Query q(options_.use_database_clock);
+    q.sql("UPDATE " + options_.table + " SET status = 1, done_at = ")
+        .now(now)
+        .sql(", locked_by = NULL, locked_at = NULL WHERE event_id IN ")
+        .ids(event_ids, i, n)
+        .sql(" AND status IN (0, 2)");
+    changed += to_int(q.execute(conn));
+  }
+  return changed;
+}
+
+int MySqlOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                 std::chrono::milliseconds delay, std::string_view error) {
+  const std::string truncated = truncate_error(error);
+  Query q(options_.use_database_clock);
+  q.sql("UPDATE " + options_.table + " SET status = 2, attempts = attempts + 1, available_at = ")
+      .now(now)
+      .sql(" + INTERVAL ")
+      .param(static_cast<std::int64_t>(delay.count()) * 1000)
+      .sql(" MICROSECOND, last_error = ")
+      .param(TextRef{truncated})
+      .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
+      .param(TextRef{event_id})
+      .sql(" AND status IN (0, 2)");
+  return to_int(q.execute(conn));
+}
+
+int MySqlOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                    std::chrono::milliseconds delay, std::string_view reason) {
+  const std::string truncated = truncate_error(reason);
+  Query q(options_.use_database_clock);
+  q.sql("UPDATE " + options_.table + " SET status = 2, available_at = ")
+      .now(now)
+      .sql(" + INTERVAL ")
+      .param(static_cast<std::int64_t>(delay.count()) * 1000)
+      .sql(" MICROSECOND, last_error = ")
+      .param(TextRef{truncated})
+      .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
+      .param(TextRef{event_id})
+      .sql(" AND status IN (0, 2)");
+  return to_int(q.execute(conn));
+}
+
+int MySqlOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id,
+                                std::string_view error, bool count_attempt) {
+  const std::string truncated = truncate_error(error);
+  return to_int(
+      conn.execute("UPDATE " + options_.table +
+                       " SET status = 3, attempts = attempts + ?, last_error = ?, "
+                       "locked_by = NULL, locked_at = NULL "
+                       "WHERE event_id = ? AND status IN (0, 2)",
+                   {std::int64_t{count_attempt ? 1 : 0}, TextRef{truncated}, TextRef{event_id}}));
+}
+
+std::vector<OutboxEvent> MySqlOutboxStore::poll_pending(sql::Connection& conn, Timestamp now,
+                                                        std::chrono::microseconds skip_recent,
+                                                        int limit) {
+  Query q(options_.use_database_clock);
+  q.sql("SELECT " + select_ + " FROM " + options_.table +
+        " WHERE pending_at IS NOT NULL AND pending_at <= ")
+      .now(now)
+      .sql(" - INTERVAL ")
+      .param(static_cast<std::int64_t>(skip_recent.count()))
+      .sql(" MICROSECOND AND available_at <= ")
+      .now(now)
+      .sql(" ORDER BY pending_at, event_id LIMIT ")
+      .param(std::int64_t{limit});
+  return internal::events_from_rows(q.query(conn));
+}
+
+std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
+                                                         std::string_view owner, Timestamp now,
+                                                         std::chrono::milliseconds lock_timeout,
+                                                         std::chrono::microseconds skip_recent,
+                                                         int limit) {
+  const bool own_tx = !conn.in_transaction();
+  if (own_tx) {
+    conn.begin();
+  }
+  try {
+    // Lock the oldest claimable rows, skipping rows other nodes hold locked right now.
+    Query pick(options_.use_database_clock);
+    pick.sql("SELECT event_id FROM " + options_.table +
+             " WHERE pending_at IS NOT NULL AND pending_at <= ")
+        .now(now)
+        .sql(" - INTERVAL ")
+        .param(static_cast<std::int64_t>(skip_recent.count()))
+        .sql(" MICROSECOND AND available_at <= ")
+        .now(now)
+        .sql(" AND (locked_by IS NULL OR locked_at < ")
+        .now(now)
+        .sql(" - INTERVAL ")
+        .param(static_cast<std::int64_t>(lock_timeout.count()) * 1000)
+        .sql(" MICROSECOND) ORDER BY pending_at, event_id LIMIT ")
+        .param(std::int64_t{limit})
+        .sql(" FOR UPDATE SKIP LOCKED");
+    std::vector<std::string> ids;
+    for (const auto& r : pick.query(conn)) {
+      ids.push_back(r.get_text(0));
+    }
+    std::vector<OutboxEvent> events;
+    if (!ids.empty()) {
+      Query stamp(options_.use_database_clock);
+      stamp.sql("UPDATE " + options_.table + " SET locked_by = ")
+          .param(TextRef{owner})
+          .sql(", locked_at = ")
+          .now(now)
+          .sql(" WHERE event_id IN ")
+          .ids(ids, 0, ids.size());
+      stamp.execute(conn);
+      Query read(options_.use_database_clock);
+      read.sql("SELECT " + select_ + " FROM " + options_.table + " WHERE event_id IN ")
+          .ids(ids, 0, ids.size())
+          .sql(" ORDER BY created_at, event_id");
+      events = internal::events_from_rows(read.query(conn));
+    }
+    if (own_tx) {
+      conn.commit();
+    }
+    return events;
+  } catch (...) {
+    if (own_tx && conn.in_transaction()) {
+      try {
+        conn.rollback();
+      } catch (const std::exception&) {
+        // The original error is the one worth reporting.
+      }
+    }
+    throw;
+  }
+}
+
+std::vector<OutboxEvent> MySqlOutboxStore::query_dead(
+    sql::Connection& conn, std::optional<std::string_view> event_type,
+    std::optional<std::string_view> aggregate_type, int limit) {
+  return internal::events_from_rows(
+      conn.query("SELECT " + select_ + " FROM " + options_.table +
+                     " WHERE status = 3 AND (? IS NULL OR event_type = ?) AND "
+                     "(? IS NULL OR aggregate_type = ?) ORDER BY created_at, event_id LIMIT ?",
+                 {opt_text(event_type), opt_text(event_type), opt_text(aggregate_type),
+                  opt_text(aggregate_type), std::int64_t{limit}}));
+}
+
+int MySqlOutboxStore::replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) {
+  Query q(options_.use_database_clock);
+  q.sql("UPDATE " + options_.table + " SET status = 0, attempts = 0, available_at = ")
+      .now(now)
+      .sql(", done_at = NULL, locked_by = NULL, locked_at = NULL WHERE event_id = ")
+      .param(TextRef{event_id})
+      .sql(" AND status = 3");
+  return to_int(q.execute(conn));
+}
+
+int MySqlOutboxStore::count_dead(sql::Connection& conn,
+                                 std::optional<std::string_view> event_type) {
+  return to_int(conn.query("SELECT COUNT(*) FROM " + options_.table +
+                               " WHERE status = 3 AND (? IS NULL OR event_type = ?)",
+                           {opt_text(event_type), opt_text(event_type)})
+                    .at(0)
+                    .get_int(0));
+}
+
+std::optional<OutboxEvent> MySqlOutboxStore::find(sql::Connection& conn,
+                                                  std::string_view event_id) {
+  auto rows = conn.query("SELECT " + select_ + " FROM " + options_.table + " WHERE event_id = ?",
+                         {TextRef{event_id}});
+  if (rows.empty()) {
+    return std::nullopt;
+  }
+  return internal::event_from_row(rows.front());
+}
+
+std::vector<std::int64_t> MySqlOutboxStore::count_by_status(sql::Connection& conn) {
+  std::vector<std::int64_t> counts(4, 0);
+  for (const auto& r :
+       conn.query("SELECT status, COUNT(*) FROM " + options_.table + " GROUP BY status", {})) {
+    const auto status = r.get_int(0);
+    if (status >= 0 && status < 4) {
+      counts[static_cast<std::size_t>(status)] = r.get_int(1);
+    }
+  }
+  return counts;
+}
+
+MySqlEventPurger::MySqlEventPurger(std::string table) : table_(std::move(table)) {
+  validate_table_name(table_);
+}
+
+int MySqlEventPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
+  Query q(false);
+  q.sql("DELETE FROM " + table_ + " WHERE terminal_at IS NOT NULL AND terminal_at < ")
+      .at(before)
+      .sql(" ORDER BY terminal_at LIMIT ")
+      .param(std::int64_t{limit});
+  return to_int(q.execute(conn));
+}
+
+MySqlAgeBasedPurger::MySqlAgeBasedPurger(std::string table) : table_(std::move(table)) {
+  validate_table_name(table_);
+}
+
+int MySqlAgeBasedPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
+  Query q(false);
+  q.sql("DELETE FROM " + table_ + " WHERE created_at < ")
+      .at(before)
+      .sql(" ORDER BY created_at LIMIT ")
+      .param(std::int64_t{limit});
+  return to_int(q.execute(conn));
+}
+
+}  // namespace outbox::mysql

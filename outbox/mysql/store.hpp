@@ -1,0 +1,85 @@
+#pragma once
+// The MariaDB/MySQL OutboxStore, schema and purgers: DATETIME(6) in UTC, JSON, TINYINT, and
+// indexed generated columns standing in for the partial indexes these engines lack.
+
+#include <string>
+
+#include "outbox/json_codec.hpp"
+#include "outbox/purge.hpp"
+#include "outbox/store.hpp"
+
+namespace outbox::mysql {
+
+/// Creates the outbox table and its indexes if missing (idempotent). Throws outbox::StoreError,
+/// std::invalid_argument on a bad table name.
+void create_schema(sql::Connection& conn, const std::string& table = "outbox_event");
+
+/// OutboxStore for MariaDB 10.6+ / MySQL 8. Claims run SELECT … FOR UPDATE SKIP LOCKED and an
+/// UPDATE in one short transaction (joining the caller's if one is open). JSON payloads are kept as
+/// written. Thread-safe (stateless).
+class MySqlOutboxStore final : public OutboxStore {
+ public:
+  struct Options {
+    std::string table = "outbox_event";
+    /// Lease expiry, due times and done times use the server's clock (UTC_TIMESTAMP(6)), so nodes
+    /// with skewed clocks agree; the `now` arguments are then ignored. False uses the caller's
+    /// clock.
+    bool use_database_clock = true;
+    const JsonCodec* codec = nullptr;  ///< default: JsonCodec::default_codec()
+  };
+  /// Throws std::invalid_argument on a bad table name.
+  explicit MySqlOutboxStore(Options options);
+  MySqlOutboxStore() : MySqlOutboxStore(Options{}) {}
+
+  void insert_new(sql::Connection& conn, const EventEnvelope& event) override;
+  void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events) override;
+  int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
+  int mark_done_batch(sql::Connection& conn, const std::vector<std::string>& event_ids,
+                      Timestamp now) override;
+  int mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                 std::chrono::milliseconds delay, std::string_view error) override;
+  int mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                    std::chrono::milliseconds delay, std::string_view reason) override;
+  int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
+                bool count_attempt = true) override;
+  std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
+                                        std::chrono::microseconds skip_recent, int limit) override;
+  std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
+                                         Timestamp now, std::chrono::milliseconds lock_timeout,
+                                         std::chrono::microseconds skip_recent, int limit) override;
+  std::vector<OutboxEvent> query_dead(sql::Connection& conn,
+                                      std::optional<std::string_view> event_type,
+                                      std::optional<std::string_view> aggregate_type,
+                                      int limit) override;
+  int replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
+  int count_dead(sql::Connection& conn, std::optional<std::string_view> event_type) override;
+  std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) override;
+  std::vector<std::int64_t> count_by_status(sql::Connection& conn) override;
+
+ private:
+  Options options_;
+  std::string select_;
+};
+
+/// Deletes terminal rows (DONE, DEAD) with COALESCE(done_at, created_at) < before, oldest first,
+/// with DELETE … ORDER BY … LIMIT. Thread-safe.
+class MySqlEventPurger final : public EventPurger {
+ public:
+  explicit MySqlEventPurger(std::string table = "outbox_event");
+  int purge(sql::Connection& conn, Timestamp before, int limit) override;
+
+ private:
+  std::string table_;
+};
+
+/// Deletes every row created before `before`, whatever its status. Thread-safe.
+class MySqlAgeBasedPurger final : public EventPurger {
+ public:
+  explicit MySqlAgeBasedPurger(std::string table = "outbox_event");
+  int purge(sql::Connection& conn, Timestamp before, int limit) override;
+
+ private:
+  std::string table_;
+};
+
+}  // namespace outbox::mysql
