@@ -376,8 +376,11 @@ void OutboxDispatcher::finish(const std::string& event_id) {
 }
 
 DispatcherWriterHook::DispatcherWriterHook(OutboxDispatcher& dispatcher,
-                                           std::shared_ptr<MetricsExporter> metrics)
-    : dispatcher_(dispatcher), metrics_(metrics ? std::move(metrics) : MetricsExporter::noop()) {}
+                                           std::shared_ptr<MetricsExporter> metrics,
+                                           std::string lock_owner)
+    : dispatcher_(dispatcher),
+      metrics_(metrics ? std::move(metrics) : MetricsExporter::noop()),
+      lock_owner_(std::move(lock_owner)) {}
 
 namespace {
 // Delayed events go to the poller. Decided from the envelope alone so that after_write and

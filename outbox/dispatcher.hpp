@@ -134,8 +134,11 @@ class OutboxDispatcher {
 /// Thread-safe.
 class DispatcherWriterHook final : public WriterHook {
  public:
-  /// `dispatcher` must outlive the hook's use.
-  DispatcherWriterHook(OutboxDispatcher& dispatcher, std::shared_ptr<MetricsExporter> metrics);
+  /// `dispatcher` must outlive the hook's use. With a `lock_owner` (multi-node), rows are inserted
+  /// claimed by it so that other nodes' pollers do not deliver them while this node does.
+  DispatcherWriterHook(OutboxDispatcher& dispatcher, std::shared_ptr<MetricsExporter> metrics,
+                       std::string lock_owner = {});
+  std::string_view lock_owner() const override { return lock_owner_; }
   void after_write(const std::vector<EventEnvelope>& events) override;
   void after_commit(const std::vector<EventEnvelope>& events) override;
   void after_rollback(const std::vector<EventEnvelope>& events) override;
@@ -143,6 +146,7 @@ class DispatcherWriterHook final : public WriterHook {
  private:
   OutboxDispatcher& dispatcher_;
   std::shared_ptr<MetricsExporter> metrics_;
+  std::string lock_owner_;
 };
 
 }  // namespace outbox

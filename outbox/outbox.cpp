@@ -82,6 +82,8 @@ Outbox Outbox::build(Options o, Mode mode) {
   }
   if (mode != Mode::MultiNode) {
     o.claim_locking.reset();
+  } else if (o.claim_locking->owner.empty()) {
+    o.claim_locking->owner = "node-" + new_ulid();  // one owner for writer and poller
   }
   if (!o.metrics) {
     o.metrics = MetricsExporter::noop();
@@ -122,7 +124,8 @@ Outbox Outbox::build(Options o, Mode mode) {
         .clock = o.clock,
     });
     if (mode != Mode::Ordered) {
-      hook = std::make_shared<DispatcherWriterHook>(*outbox.dispatcher_, o.metrics);
+      hook = std::make_shared<DispatcherWriterHook>(
+          *outbox.dispatcher_, o.metrics, o.claim_locking ? o.claim_locking->owner : std::string());
     }
   }
   if (o.purger) {

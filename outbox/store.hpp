@@ -57,10 +57,14 @@ class OutboxStore {
  public:
   virtual ~OutboxStore() = default;
 
-  /// Inserts one NEW row. Throws StoreError (e.g. duplicate event id).
-  virtual void insert_new(sql::Connection& conn, const EventEnvelope& event) = 0;
-  /// Inserts NEW rows in as few statements as the engine allows.
-  virtual void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events) = 0;
+  /// Inserts one NEW row. With a `lock_owner`, the row is born claimed by it (locked_at = now), so
+  /// other nodes' pollers leave it to the writer's hot path until the lock expires. Throws
+  /// StoreError (e.g. duplicate event id).
+  virtual void insert_new(sql::Connection& conn, const EventEnvelope& event,
+                          std::string_view lock_owner = {}) = 0;
+  /// Inserts NEW rows in as few statements as the engine allows (lock_owner as insert_new).
+  virtual void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events,
+                            std::string_view lock_owner = {}) = 0;
   /// NEW/RETRY → DONE, clearing the claim. Returns rows changed (0 if already terminal or absent).
   virtual int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) = 0;
   /// mark_done for many ids in one statement per chunk; returns rows changed.
@@ -80,8 +84,8 @@ class OutboxStore {
                                                 std::chrono::microseconds skip_recent,
                                                 int limit) = 0;
   /// Like poll_pending, but atomically sets locked_by = owner, locked_at = now on rows that are
-  /// unlocked or whose lock is older than `lock_timeout`; returns only the rows it claimed, oldest
-  /// first. Safe across processes sharing the database.
+  /// unlocked, already claimed by `owner`, or whose lock is older than `lock_timeout`; returns only
+  /// the rows it claimed, oldest first. Safe across processes sharing the database.
   virtual std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
                                                  Timestamp now,
                                                  std::chrono::milliseconds lock_timeout,

@@ -56,10 +56,11 @@ std::vector<std::string> OutboxWriter::write_all(std::vector<EventEnvelope> even
     return {};
   }
   auto& conn = tx_context_->current_connection();
+  const std::string_view owner = hook_ ? hook_->lock_owner() : std::string_view();
   if (events.size() == 1) {
-    store_->insert_new(conn, events.front());
+    store_->insert_new(conn, events.front(), owner);
   } else {
-    store_->insert_batch(conn, events);
+    store_->insert_batch(conn, events, owner);
   }
   std::vector<std::string> ids;
   ids.reserve(events.size());

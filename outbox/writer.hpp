@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "outbox/envelope.hpp"
@@ -27,6 +28,8 @@ class WriterHook {
   virtual void after_commit(const std::vector<EventEnvelope>&) {}
   /// After a rollback. Exceptions are logged and swallowed.
   virtual void after_rollback(const std::vector<EventEnvelope>&) {}
+  /// Non-empty: rows are inserted already claimed by this owner (multi-node hot path).
+  virtual std::string_view lock_owner() const { return {}; }
 };
 
 /// Writes events into the caller's current transaction. Thread-safe (each call uses the calling

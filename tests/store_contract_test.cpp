@@ -332,6 +332,24 @@ TEST_P(StoreContract, ClaimLocksRowsUntilExpiry) {
   }
 }
 
+TEST_P(StoreContract, RowsBornClaimedAreLeftToTheirOwnerUntilExpiry) {
+  store().insert_new(conn(), event("mine", t0), "node-a");
+  auto row = store().find(conn(), "mine");
+  EXPECT_EQ(row->locked_by, "node-a");
+  ASSERT_TRUE(row->locked_at);
+  const auto now = t0 + 1s;
+  EXPECT_TRUE(store().claim_pending(conn(), "node-b", now, 60s, 0us, 10).empty());
+  auto own = store().claim_pending(conn(), "node-a", now, 60s, 0us, 10);  // its own poller may
+  ASSERT_EQ(own.size(), 1u);
+  EXPECT_EQ(own[0].event_id, "mine");
+  auto expired = store().claim_pending(conn(), "node-b", now + 61s, 60s, 0us, 10);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].locked_by, "node-b");
+  std::vector<EventEnvelope> batch{event("b1", t0), event("b2", t0)};
+  store().insert_batch(conn(), batch, "node-c");
+  EXPECT_EQ(store().find(conn(), "b2")->locked_by, "node-c");
+}
+
 TEST_P(StoreContract, ClaimSkipsNotDueAndRecentRows) {
   insert("old", t0);
   insert("recent", t0 + 9s);

@@ -130,19 +130,21 @@ MySqlOutboxStore::MySqlOutboxStore(Options options) : options_(std::move(options
   select_ = select_list();
 }
 
-void MySqlOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event) {
-  insert_batch(conn, {event});
+void MySqlOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event,
+                                  std::string_view lock_owner) {
+  insert_batch(conn, {event}, lock_owner);
 }
 
-void MySqlOutboxStore::insert_batch(sql::Connection& conn,
-                                    const std::vector<EventEnvelope>& events) {
+void MySqlOutboxStore::insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events,
+                                    std::string_view lock_owner) {
   const bool db_clock = options_.use_database_clock;
   for (std::size_t start = 0; start < events.size(); start += kInsertChunk) {
     const std::size_t n = std::min(kInsertChunk, events.size() - start);
     Query q(db_clock);
     q.sql("INSERT INTO " + options_.table +
           " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
-          "payload_bytes, headers, status, attempts, available_at, created_at) VALUES ");
+          "payload_bytes, headers, status, attempts, available_at, created_at, locked_by, "
+          "locked_at) VALUES ");
     std::vector<std::optional<std::string>> headers(n);
     for (std::size_t i = 0; i < n; ++i) {
       const EventEnvelope& e = events[start + i];
@@ -166,7 +168,12 @@ void MySqlOutboxStore::insert_batch(sql::Connection& conn,
       } else {
         q.at(from_micros(available));
       }
-      q.sql(",").at(e.occurred_at()).sql(")");
+      q.sql(",").at(e.occurred_at()).sql(",");
+      if (lock_owner.empty()) {
+        q.sql("NULL,NULL)");
+      } else {
+        q.param(TextRef{lock_owner}).sql(",").now(e.occurred_at()).sql(")");
+      }
     }
     q.execute(conn);
   }
@@ -270,7 +277,9 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
         .param(static_cast<std::int64_t>(skip_recent.count()))
         .sql(" MICROSECOND AND available_at <= ")
         .now(now)
-        .sql(" AND (locked_by IS NULL OR locked_at < ")
+        .sql(" AND (locked_by IS NULL OR locked_by = ")
+        .param(TextRef{owner})
+        .sql(" OR locked_at < ")
         .now(now)
         .sql(" - INTERVAL ")
         .param(static_cast<std::int64_t>(lock_timeout.count()) * 1000)

@@ -12,7 +12,7 @@ namespace {
 using sql::TextRef;
 using sql::Value;
 
-constexpr std::size_t kInsertChunk = 500;  // 10 parameters a row, well under 65535
+constexpr std::size_t kInsertChunk = 500;  // 11 parameters a row, well under 65535
 
 // A timestamp parameter given as microseconds since the epoch.
 std::string ts(int param) {
@@ -103,20 +103,24 @@ std::string PostgresOutboxStore::now_sql(int param) const {
   return options_.use_database_clock ? std::string("now()") : ts(param);
 }
 
-void PostgresOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event) {
-  insert_batch(conn, {event});
+void PostgresOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event,
+                                     std::string_view lock_owner) {
+  insert_batch(conn, {event}, lock_owner);
 }
 
 void PostgresOutboxStore::insert_batch(sql::Connection& conn,
-                                       const std::vector<EventEnvelope>& events) {
+                                       const std::vector<EventEnvelope>& events,
+                                       std::string_view lock_owner) {
   const auto& t = options_.table;
   for (std::size_t start = 0; start < events.size(); start += kInsertChunk) {
     const std::size_t n = std::min(kInsertChunk, events.size() - start);
-    std::string sql = "INSERT INTO " + t +
-                      " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
-                      "payload_bytes, headers, status, attempts, available_at, created_at) VALUES ";
+    std::string sql =
+        "INSERT INTO " + t +
+        " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
+        "payload_bytes, headers, status, attempts, available_at, created_at, locked_by, "
+        "locked_at) VALUES ";
     std::vector<Value> params;
-    params.reserve(n * 10);
+    params.reserve(n * 11);
     std::vector<std::optional<std::string>> headers(n);
     int p = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -129,7 +133,9 @@ void PostgresOutboxStore::insert_batch(sql::Connection& conn,
                                   : ts(b + 9);
       sql += (i == 0 ? "(" : ",(") + arg(1) + "," + arg(2) + "," + arg(3) + "," + arg(4) + "," +
              arg(5) + "," + arg(6) + "::jsonb," + arg(7) + "::bytea," + arg(8) + "::jsonb,0,0," +
-             due + "," + ts(b + 10) + ")";
+             due + "," + ts(b + 10) + "," + arg(11) + "::text,CASE WHEN " + arg(11) +
+             "::text IS NULL THEN NULL ELSE " +
+             (options_.use_database_clock ? "now()" : ts(b + 10)) + " END)";
       headers[i] = options_.codec->to_json(e.headers());
       params.emplace_back(TextRef{e.event_id()});
       params.emplace_back(TextRef{e.event_type()});
@@ -149,7 +155,9 @@ void PostgresOutboxStore::insert_batch(sql::Connection& conn,
       params.emplace_back(
           options_.use_database_clock ? std::max<std::int64_t>(0, available - created) : available);
       params.emplace_back(created);
-      p += 10;
+      params.emplace_back(lock_owner.empty() ? Value(std::monostate{})
+                                             : Value(TextRef{lock_owner}));
+      p += 11;
     }
     conn.execute(sql, params);
   }
@@ -249,7 +257,8 @@ std::vector<OutboxEvent> PostgresOutboxStore::claim_pending(sql::Connection& con
       "WITH c AS (SELECT event_id FROM " + t +
       " WHERE status IN (0, 2) AND available_at <= " + now_sql(5) +
       " AND created_at <= " + now_sql(5) +
-      " - $3::bigint * interval '1 microsecond' AND (locked_by IS NULL OR locked_at < " +
+      " - $3::bigint * interval '1 microsecond' AND (locked_by IS NULL OR locked_by = $1 OR "
+      "locked_at < " +
       now_sql(5) +
       " - $4::bigint * interval '1 millisecond') ORDER BY created_at, event_id LIMIT $2 "
       "FOR UPDATE SKIP LOCKED), "

@@ -30,8 +30,10 @@ class PostgresOutboxStore final : public OutboxStore {
   explicit PostgresOutboxStore(Options options);
   PostgresOutboxStore() : PostgresOutboxStore(Options{}) {}
 
-  void insert_new(sql::Connection& conn, const EventEnvelope& event) override;
-  void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events) override;
+  void insert_new(sql::Connection& conn, const EventEnvelope& event,
+                  std::string_view lock_owner = {}) override;
+  void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events,
+                    std::string_view lock_owner = {}) override;
   int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
   int mark_done_batch(sql::Connection& conn, const std::vector<std::string>& event_ids,
                       Timestamp now) override;

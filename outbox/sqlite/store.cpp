@@ -12,7 +12,7 @@ namespace {
 using sql::TextRef;
 using sql::Value;
 
-constexpr int kColumnsPerRow = 11;
+constexpr int kColumnsPerRow = 13;
 // SQLite allows 32766 bound variables per statement (3.32+); stay well below it.
 constexpr std::size_t kInsertChunk = 500;
 constexpr std::size_t kIdChunk = 500;
@@ -76,37 +76,41 @@ SqliteOutboxStore::SqliteOutboxStore(std::string table, const JsonCodec& codec)
               " WHERE status IN (0, 2) AND available_at <= ? AND "
               "created_at <= ? ORDER BY created_at, event_id LIMIT ?";
   claim_sql_ = "UPDATE " + table_ +
-               " SET locked_by = ?, locked_at = ? WHERE event_id IN (SELECT event_id FROM " +
+               " SET locked_by = ?1, locked_at = ?2 WHERE event_id IN (SELECT event_id FROM " +
                table_ +
-               " WHERE status IN (0, 2) AND available_at <= ? AND created_at <= ? AND "
-               "(locked_by IS NULL OR locked_at < ?) ORDER BY created_at, event_id LIMIT ?) "
+               " WHERE status IN (0, 2) AND available_at <= ?3 AND created_at <= ?4 AND "
+               "(locked_by IS NULL OR locked_by = ?1 OR locked_at < ?5) "
+               "ORDER BY created_at, event_id LIMIT ?6) "
                "RETURNING " +
                select_columns_;
 }
 
-void SqliteOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event) {
-  insert_chunk(conn, &event, 1);
+void SqliteOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event,
+                                   std::string_view lock_owner) {
+  insert_chunk(conn, &event, 1, lock_owner);
 }
 
 void SqliteOutboxStore::insert_batch(sql::Connection& conn,
-                                     const std::vector<EventEnvelope>& events) {
+                                     const std::vector<EventEnvelope>& events,
+                                     std::string_view lock_owner) {
   for (std::size_t i = 0; i < events.size(); i += kInsertChunk) {
-    insert_chunk(conn, events.data() + i, std::min(kInsertChunk, events.size() - i));
+    insert_chunk(conn, events.data() + i, std::min(kInsertChunk, events.size() - i), lock_owner);
   }
 }
 
 void SqliteOutboxStore::insert_chunk(sql::Connection& conn, const EventEnvelope* events,
-                                     std::size_t count) {
-  std::string sql = "INSERT INTO " + table_ +
-                    " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
-                    "headers, status, attempts, available_at, created_at) VALUES ";
+                                     std::size_t count, std::string_view lock_owner) {
+  std::string sql =
+      "INSERT INTO " + table_ +
+      " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
+      "headers, status, attempts, available_at, created_at, locked_by, locked_at) VALUES ";
   std::vector<Value> params;
   params.reserve(count * kColumnsPerRow);
   // Encoded headers must outlive the statement: the parameters borrow them.
   std::vector<std::optional<std::string>> headers(count);
   for (std::size_t i = 0; i < count; ++i) {
     const EventEnvelope& e = events[i];
-    sql += i == 0 ? "(?,?,?,?,?,?,?,0,0,?,?)" : ",(?,?,?,?,?,?,?,0,0,?,?)";
+    sql += i == 0 ? "(?,?,?,?,?,?,?,0,0,?,?,?,?)" : ",(?,?,?,?,?,?,?,0,0,?,?,?,?)";
     headers[i] = codec_.to_json(e.headers());
     params.emplace_back(TextRef{e.event_id()});
     params.emplace_back(TextRef{e.event_type()});
@@ -122,6 +126,13 @@ void SqliteOutboxStore::insert_chunk(sql::Connection& conn, const EventEnvelope*
     const auto created = to_micros(e.occurred_at());
     params.emplace_back(e.available_at() ? to_micros(*e.available_at()) : created);
     params.emplace_back(created);
+    if (lock_owner.empty()) {
+      params.emplace_back(std::monostate{});
+      params.emplace_back(std::monostate{});
+    } else {
+      params.emplace_back(TextRef{lock_owner});
+      params.emplace_back(created);
+    }
   }
   conn.execute(sql, params);
 }

@@ -21,8 +21,10 @@ class SqliteOutboxStore final : public OutboxStore {
   explicit SqliteOutboxStore(std::string table = "outbox_event",
                              const JsonCodec& codec = JsonCodec::default_codec());
 
-  void insert_new(sql::Connection& conn, const EventEnvelope& event) override;
-  void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events) override;
+  void insert_new(sql::Connection& conn, const EventEnvelope& event,
+                  std::string_view lock_owner = {}) override;
+  void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events,
+                    std::string_view lock_owner = {}) override;
   int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
   int mark_done_batch(sql::Connection& conn, const std::vector<std::string>& event_ids,
                       Timestamp now) override;
@@ -49,7 +51,8 @@ class SqliteOutboxStore final : public OutboxStore {
   const std::string& table() const noexcept { return table_; }
 
  private:
-  void insert_chunk(sql::Connection& conn, const EventEnvelope* events, std::size_t count);
+  void insert_chunk(sql::Connection& conn, const EventEnvelope* events, std::size_t count,
+                    std::string_view lock_owner);
 
   std::string table_;
   const JsonCodec& codec_;
