@@ -102,8 +102,18 @@ void OutboxPoller::run() {
     poll();
     lock.lock();
     // Waiting for the interval is the poller's behaviour; close() wakes it at once.
-    wake_.wait_for(lock, options_.interval, [&] { return closed_; });
+    wake_.wait_for(lock, next_wait(), [&] { return closed_; });
   }
+}
+
+std::chrono::milliseconds OutboxPoller::next_wait() const {
+  const int failures = consecutive_failures_.load();
+  if (failures == 0) {
+    return options_.interval;
+  }
+  const auto backoff = options_.interval * (1 << std::min(failures, 4));
+  return std::max(options_.interval,
+                  std::min<std::chrono::milliseconds>(backoff, std::chrono::seconds(30)));
 }
 
 int OutboxPoller::poll() {
@@ -154,8 +164,14 @@ int OutboxPoller::poll() {
       }
       ++handed;
     }
+    consecutive_failures_.store(0);
   } catch (const std::exception& e) {
-    log(LogLevel::Error, std::string("OutboxPoller: poll cycle failed: ") + e.what());
+    const int failures = consecutive_failures_.fetch_add(1) + 1;
+    // Log the first failure and then every tenth, so an outage does not flood the log.
+    if (failures == 1 || failures % 10 == 0) {
+      log(LogLevel::Error, "OutboxPoller: poll cycle failed (" + std::to_string(failures) +
+                               " in a row, backing off): " + e.what());
+    }
   }
   handler.end_cycle();
   completed_cycles_.fetch_add(1);

@@ -86,12 +86,16 @@ class OutboxPoller {
   /// std::logic_error after close().
   void start();
   /// Runs one cycle on the calling thread; returns the number of events handed over. Database
-  /// errors are logged and counted as 0 (never thrown).
+  /// errors are logged and counted as 0 (never thrown); while they last, the background loop
+  /// backs off (see next_wait()).
   int poll();
   /// Stops the background thread after its current cycle. Idempotent.
   void close();
   /// The claim owner in use (empty without claim locking).
   const std::string& owner() const noexcept { return owner_; }
+  /// The wait before the next background cycle: the interval, doubled per consecutive failed
+  /// cycle up to 16 intervals, but never more than 30 s (nor less than one interval).
+  std::chrono::milliseconds next_wait() const;
   /// Poll cycles completed so far (background and poll() calls alike).
   std::uint64_t completed_cycles() const noexcept { return completed_cycles_.load(); }
 
@@ -101,6 +105,7 @@ class OutboxPoller {
   Options options_;
   std::string owner_;
   std::atomic<std::uint64_t> completed_cycles_{0};
+  std::atomic<int> consecutive_failures_{0};
   std::mutex cycle_mutex_;  // serialises poll() cycles
   std::mutex state_mutex_;  // guards started_, closed_
   std::condition_variable wake_;

@@ -154,11 +154,31 @@ TEST_F(PollerTest, BackgroundLoopPollsAndStartAfterCloseThrows) {
   EXPECT_THROW(p.start(), std::logic_error);
 }
 
-TEST_F(PollerTest, DatabaseErrorsAreLoggedNotThrown) {
+TEST_F(PollerTest, DatabaseErrorsAreLoggedNotThrownAndBackOff) {
   auto o = options();
+  o.interval = 1s;
   o.store = std::make_shared<sqlite::SqliteOutboxStore>("missing");
   OutboxPoller p(o);
+  EXPECT_EQ(p.next_wait(), 1s);
   EXPECT_EQ(p.poll(), 0);
+  EXPECT_EQ(p.next_wait(), 2s);
+  p.poll();
+  EXPECT_EQ(p.next_wait(), 4s);
+  for (int i = 0; i < 5; ++i) {
+    p.poll();
+  }
+  EXPECT_EQ(p.next_wait(), 16s);
+  auto slow = options();
+  slow.interval = 10s;
+  slow.store = o.store;
+  OutboxPoller q(slow);
+  for (int i = 0; i < 4; ++i) {
+    q.poll();
+  }
+  EXPECT_EQ(q.next_wait(), 30s);  // capped
+  OutboxPoller healthy(options());
+  healthy.poll();
+  EXPECT_EQ(healthy.next_wait(), 10s);
 }
 
 TEST_F(PollerTest, OptionsAreValidated) {
