@@ -158,6 +158,41 @@ void Transaction::finish(bool committed) noexcept {
                 committed ? "after-commit" : "after-rollback");
 }
 
+ExternalTransaction::ExternalTransaction(ThreadLocalTxContext& context, sql::Connection& connection)
+    : context_(&context), frame_(std::make_unique<ThreadLocalTxContext::Frame>()) {
+  frame_->connection = &connection;
+  context_->bind(frame_.get());
+}
+
+ExternalTransaction::~ExternalTransaction() {
+  if (frame_) {
+    log(LogLevel::Warning,
+        "ExternalTransaction ended without committed()/rolled_back(): assuming a rollback");
+    finish(false);
+  }
+}
+
+void ExternalTransaction::committed() {
+  if (!frame_) {
+    throw std::logic_error("ExternalTransaction: outcome already reported");
+  }
+  finish(true);
+}
+
+void ExternalTransaction::rolled_back() {
+  if (!frame_) {
+    throw std::logic_error("ExternalTransaction: outcome already reported");
+  }
+  finish(false);
+}
+
+void ExternalTransaction::finish(bool committed) {
+  context_->unbind();
+  auto frame = std::move(frame_);
+  run_callbacks(committed ? frame->on_commit : frame->on_rollback,
+                committed ? "after-commit" : "after-rollback");
+}
+
 TransactionManager::TransactionManager(std::shared_ptr<sql::ConnectionProvider> provider,
                                        std::shared_ptr<ThreadLocalTxContext> context)
     : provider_(std::move(provider)), context_(std::move(context)) {

@@ -30,6 +30,7 @@ class ThreadLocalTxContext final : public TxContext {
 
  private:
   friend class Transaction;
+  friend class ExternalTransaction;
   struct Frame {
     sql::Connection* connection = nullptr;
     std::vector<std::function<void()>> on_commit;
@@ -70,6 +71,31 @@ class Transaction {
   ThreadLocalTxContext* context_;
   std::unique_ptr<ThreadLocalTxContext::Frame> frame_;
   bool active_ = true;
+};
+
+/// A transaction the caller began and will end on a connection it owns (a wrapped sqlite3*,
+/// PGconn*, MYSQL* or libpqxx transaction), made visible to OutboxWriter through a
+/// ThreadLocalTxContext for as long as this object lives. The caller ends the transaction with its
+/// own API and then reports the outcome; without a report the destructor assumes a rollback.
+/// Move-only; use on the thread that created it.
+class ExternalTransaction {
+ public:
+  /// Binds `connection` (which must stay open) for the calling thread. Throws std::logic_error if
+  /// the thread already has a transaction on `context`.
+  ExternalTransaction(ThreadLocalTxContext& context, sql::Connection& connection);
+  ExternalTransaction(const ExternalTransaction&) = delete;
+  ExternalTransaction& operator=(const ExternalTransaction&) = delete;
+  ~ExternalTransaction();
+  /// The caller committed: runs after-commit callbacks (the hot path). Throws std::logic_error if
+  /// already reported.
+  void committed();
+  /// The caller rolled back: runs after-rollback callbacks. Throws std::logic_error likewise.
+  void rolled_back();
+
+ private:
+  void finish(bool committed);
+  ThreadLocalTxContext* context_;
+  std::unique_ptr<ThreadLocalTxContext::Frame> frame_;
 };
 
 /// Begins transactions on connections from a provider and binds them to a ThreadLocalTxContext.
