@@ -76,6 +76,12 @@ std::string select_list() {
          ", last_error, locked_by, " + micros("locked_at") + ", payload_bytes";
 }
 
+// skip_recent counts from occurred_at on the caller's clock, from the time the row became due
+// (server time) on the database clock, since writers' clocks may be skewed.
+std::string recent_column(const MySqlOutboxStore::Options& o) {
+  return o.use_database_clock ? "available_at" : "pending_at";
+}
+
 Value opt_text(std::optional<std::string_view> s) {
   return s ? Value(TextRef{*s}) : Value(std::monostate{});
 }
@@ -246,8 +252,8 @@ std::vector<OutboxEvent> MySqlOutboxStore::poll_pending(sql::Connection& conn, T
                                                         std::chrono::microseconds skip_recent,
                                                         int limit) {
   Query q(options_.use_database_clock);
-  q.sql("SELECT " + select_ + " FROM " + options_.table +
-        " WHERE pending_at IS NOT NULL AND pending_at <= ")
+  q.sql("SELECT " + select_ + " FROM " + options_.table + " WHERE pending_at IS NOT NULL AND " +
+        recent_column(options_) + " <= ")
       .now(now)
       .sql(" - INTERVAL ")
       .param(static_cast<std::int64_t>(skip_recent.count()))
@@ -270,8 +276,8 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
   try {
     // Lock the oldest claimable rows, skipping rows other nodes hold locked right now.
     Query pick(options_.use_database_clock);
-    pick.sql("SELECT event_id FROM " + options_.table +
-             " WHERE pending_at IS NOT NULL AND pending_at <= ")
+    pick.sql("SELECT event_id FROM " + options_.table + " WHERE pending_at IS NOT NULL AND " +
+             recent_column(options_) + " <= ")
         .now(now)
         .sql(" - INTERVAL ")
         .param(static_cast<std::int64_t>(skip_recent.count()))

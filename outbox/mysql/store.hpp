@@ -22,8 +22,8 @@ class MySqlOutboxStore final : public OutboxStore {
   struct Options {
     std::string table = "outbox_event";
     /// Lease expiry, due times and done times use the server's clock (UTC_TIMESTAMP(6)), so nodes
-    /// with skewed clocks agree; the `now` arguments are then ignored. False uses the caller's
-    /// clock.
+    /// with skewed clocks agree; the `now` arguments are then ignored and skip_recent counts from
+    /// the time a row became due. False uses the caller's clock.
     bool use_database_clock = true;
     const JsonCodec* codec = nullptr;  ///< default: JsonCodec::default_codec()
   };

@@ -99,6 +99,12 @@ PostgresOutboxStore::PostgresOutboxStore(Options options) : options_(std::move(o
   select_ = select_list();
 }
 
+std::string PostgresOutboxStore::recent_column() const {
+  // skip_recent counts from the writer's occurred_at on the caller's clock, but from the time the
+  // row became due (server time) on the database clock: writers' clocks may be skewed.
+  return options_.use_database_clock ? "available_at" : "created_at";
+}
+
 std::string PostgresOutboxStore::now_sql(int param) const {
   return options_.use_database_clock ? std::string("now()") : ts(param);
 }
@@ -231,8 +237,8 @@ std::vector<OutboxEvent> PostgresOutboxStore::poll_pending(sql::Connection& conn
                                                            std::chrono::microseconds skip_recent,
                                                            int limit) {
   const std::string sql = "SELECT " + select_ + " FROM " + options_.table +
-                          " WHERE status IN (0, 2) AND available_at <= " + now_sql(3) +
-                          " AND created_at <= " + now_sql(3) +
+                          " WHERE status IN (0, 2) AND available_at <= " + now_sql(3) + " AND " +
+                          recent_column() + " <= " + now_sql(3) +
                           " - $2::bigint * interval '1 microsecond' "
                           "ORDER BY created_at, event_id LIMIT $1";
   std::vector<sql::Row> rows;
@@ -255,8 +261,8 @@ std::vector<OutboxEvent> PostgresOutboxStore::claim_pending(sql::Connection& con
   // now), stamp them, and return them in claim order.
   const std::string sql =
       "WITH c AS (SELECT event_id FROM " + t +
-      " WHERE status IN (0, 2) AND available_at <= " + now_sql(5) +
-      " AND created_at <= " + now_sql(5) +
+      " WHERE status IN (0, 2) AND available_at <= " + now_sql(5) + " AND " + recent_column() +
+      " <= " + now_sql(5) +
       " - $3::bigint * interval '1 microsecond' AND (locked_by IS NULL OR locked_by = $1 OR "
       "locked_at < " +
       now_sql(5) +

@@ -22,7 +22,8 @@ class PostgresOutboxStore final : public OutboxStore {
   struct Options {
     std::string table = "outbox_event";
     /// Lease expiry, due times and done times use the server's clock (now()), so nodes with
-    /// skewed clocks agree; the `now` arguments are then ignored. False uses the caller's clock.
+    /// skewed clocks agree; the `now` arguments are then ignored and skip_recent counts from the
+    /// time a row became due. False uses the caller's clock.
     bool use_database_clock = true;
     const JsonCodec* codec = nullptr;  ///< default: JsonCodec::default_codec()
   };
@@ -59,6 +60,7 @@ class PostgresOutboxStore final : public OutboxStore {
 
  private:
   std::string now_sql(int param) const;
+  std::string recent_column() const;
   Options options_;
   std::string select_;
 };

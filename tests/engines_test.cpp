@@ -1,0 +1,230 @@
+// Driver behaviour of the server engines (SQLSTATE, binary safety, borrowed handles), dialect
+// detection, and leases/due times on the database clock when node clocks are skewed.
+
+#include <gtest/gtest.h>
+#include <libpq-fe.h>
+
+#include "outbox/detect/detect.hpp"
+#include "outbox/errors.hpp"
+#include "outbox/mysql/driver.hpp"
+#include "outbox/mysql/store.hpp"
+#include "outbox/postgres/driver.hpp"
+#include "outbox/postgres/store.hpp"
+#include "outbox/sqlite/driver.hpp"
+#include "outbox/sqlite/store.hpp"
+#include "tests/support/servers.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+using sql::TextRef;
+
+struct Engine {
+  std::string name;
+  const char* url_variable;
+};
+
+class ServerEngine : public ::testing::TestWithParam<Engine> {
+ protected:
+  void SetUp() override {
+    auto url = testing::env(GetParam().url_variable);
+    OUTBOX_REQUIRE_SERVER(url, GetParam().name);
+    url_ = *url;
+    conn_ = mysql() ? mysql::connect(url_) : postgres::connect(url_);
+    table_ = testing::unique_table("engine");
+  }
+  void TearDown() override {
+    if (conn_) {
+      conn_->execute("DROP TABLE IF EXISTS " + table_);
+    }
+  }
+  bool mysql() const { return GetParam().name == "mysql"; }
+  std::string p(int n) const { return mysql() ? "?" : "$" + std::to_string(n); }
+
+  std::string url_;
+  std::unique_ptr<sql::Connection> conn_;
+  std::string table_;
+};
+
+TEST_P(ServerEngine, ErrorsCarrySqlstate) {
+  conn_->execute("CREATE TABLE " + table_ + " (id VARCHAR(10) PRIMARY KEY)");
+  conn_->execute("INSERT INTO " + table_ + " VALUES (" + p(1) + ")", {TextRef{"a"}});
+  try {
+    conn_->execute("INSERT INTO " + table_ + " VALUES (" + p(1) + ")", {TextRef{"a"}});
+    FAIL() << "duplicate accepted";
+  } catch (const StoreError& e) {
+    EXPECT_EQ(e.sqlstate(), mysql() ? "23000" : "23505") << e.what();
+  }
+  try {
+    conn_->execute("SELEKT 1");
+    FAIL() << "syntax error accepted";
+  } catch (const StoreError& e) {
+    EXPECT_EQ(e.sqlstate(), mysql() ? "42000" : "42601") << e.what();
+  }
+}
+
+TEST_P(ServerEngine, ParametersAreBinarySafeAndStatementsReused) {
+  conn_->execute("CREATE TABLE " + table_ + " (t TEXT, b " + (mysql() ? "LONGBLOB" : "BYTEA") +
+                 ", n BIGINT)");
+  std::vector<std::uint8_t> bytes{0, 1, 0, 255, 39, 92, 34};
+  const std::string tricky = "quote ' backslash \\ nul-free \xC3\xA9 $1 ?";
+  const std::string insert =
+      "INSERT INTO " + table_ + " VALUES (" + p(1) + ", " + p(2) + ", " + p(3) + ")";
+  for (int i = 0; i < 3; ++i) {  // the same text reuses its prepared statement
+    conn_->execute(insert, {TextRef{tricky}, sql::BlobRef{bytes}, std::int64_t{-9'000'000'000}});
+  }
+  auto rows = conn_->query("SELECT t, b, n FROM " + table_, {});
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].get_text(0), tricky);
+  ASSERT_TRUE(rows[0].is_blob(1));
+  EXPECT_EQ(std::get<sql::Blob>(rows[0].at(1)).bytes, bytes);
+  EXPECT_EQ(rows[0].get_int(2), -9'000'000'000);
+  conn_->execute(insert, {sql::Value{}, sql::Blob{}, sql::Value{}});
+  auto nulls = conn_->query("SELECT t, b, n FROM " + table_ + " WHERE t IS NULL", {});
+  ASSERT_EQ(nulls.size(), 1u);
+  EXPECT_TRUE(nulls[0].is_null(0));
+  EXPECT_TRUE(nulls[0].is_null(2));
+}
+
+TEST_P(ServerEngine, TransactionsAndDetection) {
+  conn_->execute("CREATE TABLE " + table_ + " (id INT)");
+  conn_->begin();
+  EXPECT_TRUE(conn_->in_transaction());
+  conn_->execute("INSERT INTO " + table_ + " VALUES (1)");
+  conn_->rollback();
+  EXPECT_FALSE(conn_->in_transaction());
+  EXPECT_EQ(conn_->query("SELECT COUNT(*) FROM " + table_, {}).at(0).get_int(0), 0);
+  EXPECT_EQ(conn_->dialect(), mysql() ? "mysql" : "postgres");
+
+  const auto outbox_table = table_ + "_o";
+  create_schema_for(*conn_, outbox_table);
+  create_schema_for(*conn_, outbox_table);  // idempotent
+  auto store = detect_store(*conn_, outbox_table);
+  if (mysql()) {
+    EXPECT_NE(dynamic_cast<mysql::MySqlOutboxStore*>(store.get()), nullptr);
+  } else {
+    EXPECT_NE(dynamic_cast<postgres::PostgresOutboxStore*>(store.get()), nullptr);
+  }
+  EXPECT_NE(detect_purger(*conn_, outbox_table), nullptr);
+  store->insert_new(*conn_, EventEnvelope::of_json(EventType::of("T"), R"({"a":1})"));
+  EXPECT_EQ(store->count_by_status(*conn_)[0], 1);
+  EXPECT_THROW(detect_store(*conn_, "bad name"), std::invalid_argument);
+  EXPECT_THROW(create_schema_for(*conn_, "x;DROP TABLE y"), std::invalid_argument);
+  conn_->execute("DROP TABLE " + outbox_table);
+}
+
+TEST_P(ServerEngine, InvalidJsonPayloadIsRefusedAtInsert) {
+  create_schema_for(*conn_, table_);
+  auto store = detect_store(*conn_, table_);
+  auto bad = EventEnvelope::of_json(EventType::of("T"), "{not json");
+  EXPECT_THROW(store->insert_new(*conn_, bad), StoreError);
+  EXPECT_FALSE(store->find(*conn_, bad.event_id()));
+}
+
+// Node clocks one hour off in either direction change nothing: leases, due times and done times
+// come from the server.
+TEST_P(ServerEngine, SkewedNodeClocksNeitherStealLiveLocksNorSkipDueRows) {
+  create_schema_for(*conn_, table_);
+  auto store = detect_store(*conn_, table_);
+  const auto real = std::chrono::system_clock::now();
+  const auto ahead = real + 1h;
+  const auto behind = real - 1h;
+  // A writer whose clock runs an hour ahead: its row is due now by the server's clock.
+  store->insert_new(*conn_, EventEnvelope::builder(EventType::of("T"))
+                                .event_id("skewed-writer")
+                                .occurred_at(ahead)
+                                .payload_json("{}")
+                                .build());
+  // A node an hour behind still sees it as due.
+  auto due = store->poll_pending(*conn_, behind, 0us, 10);
+  ASSERT_EQ(due.size(), 1u);
+  // Node A claims it; node B, an hour ahead, must not take the live lock (60 s lease).
+  ASSERT_EQ(store->claim_pending(*conn_, "node-a", behind, 60s, 0us, 10).size(), 1u);
+  EXPECT_TRUE(store->claim_pending(*conn_, "node-b", ahead, 60s, 0us, 10).empty());
+  // A retry due in 5 s is not polled by a node an hour ahead before the server says so.
+  store->mark_retry(*conn_, "skewed-writer", ahead, 5000ms, "later");
+  EXPECT_TRUE(store->poll_pending(*conn_, ahead, 0us, 10).empty());
+  // After a 1 ms lease, the lock is expired for everyone, whatever their clock.
+  store->insert_new(*conn_, EventEnvelope::of_json(EventType::of("T"), "{}"));
+  ASSERT_EQ(store->claim_pending(*conn_, "node-a", ahead, 60s, 0us, 10).size(), 1u);
+  ASSERT_TRUE(testing::wait_until(
+      [&] { return store->claim_pending(*conn_, "node-b", behind, 1ms, 0us, 10).size() == 1; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, ServerEngine,
+                         ::testing::Values(Engine{"postgres", "OUTBOX_TEST_PG_URL"},
+                                           Engine{"mysql", "OUTBOX_TEST_MYSQL_URL"}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(Drivers, ConnectFailuresAreStoreErrors) {
+  try {
+    postgres::connect("host=127.0.0.1 port=1 dbname=x connect_timeout=2");
+    FAIL();
+  } catch (const StoreError& e) {
+    EXPECT_EQ(e.sqlstate(), "08001");
+  }
+  EXPECT_THROW(mysql::connect("mysql://root@127.0.0.1:1/x"), StoreError);
+  EXPECT_THROW(postgres::wrap(nullptr), std::invalid_argument);
+  EXPECT_THROW(mysql::wrap(nullptr), std::invalid_argument);
+}
+
+TEST(Drivers, MysqlUrls) {
+  auto o = mysql::parse_url("mariadb://app:s3cret@db.local:3307/orders");
+  EXPECT_EQ(o.user, "app");
+  EXPECT_EQ(o.password, "s3cret");
+  EXPECT_EQ(o.host, "db.local");
+  EXPECT_EQ(o.port, 3307u);
+  EXPECT_EQ(o.database, "orders");
+  setenv("OUTBOX_TEST_SECRET", "from-env", 1);
+  EXPECT_EQ(mysql::parse_url("mysql://app@h/d", "OUTBOX_TEST_SECRET").password, "from-env");
+  EXPECT_EQ(mysql::parse_url("mysql://h/d", nullptr).port, 3306u);
+  for (const char* bad :
+       {"postgresql://h/d", "mysql://h", "mysql://h:port/d", "mysql://h:0/d", "mysql:///d"}) {
+    EXPECT_THROW(mysql::parse_url(bad), std::invalid_argument) << bad;
+  }
+}
+
+TEST(Drivers, BorrowedPgconnStaysOpen) {
+  auto url = testing::env("OUTBOX_TEST_PG_URL");
+  OUTBOX_REQUIRE_SERVER(url, "PostgreSQL");
+  PGconn* pg = PQconnectdb(url->c_str());
+  ASSERT_EQ(PQstatus(pg), CONNECTION_OK);
+  for (int i = 0; i < 2; ++i) {  // two wrappers of one handle must not clash on statement names
+    auto conn = postgres::wrap(pg);
+    EXPECT_EQ(conn->query("SELECT $1::int + 1", {std::int64_t{41}}).at(0).get_int(0), 42);
+  }
+  EXPECT_EQ(PQstatus(pg), CONNECTION_OK);
+  PQfinish(pg);
+}
+
+TEST(Detection, SqliteAndUnknownDialects) {
+  testing::TempDir dir;
+  auto conn = sqlite::open(dir.file("d.db"));
+  create_schema_for(*conn);
+  EXPECT_NE(dynamic_cast<sqlite::SqliteOutboxStore*>(detect_store(*conn).get()), nullptr);
+  EXPECT_NE(dynamic_cast<sqlite::SqliteEventPurger*>(detect_purger(*conn).get()), nullptr);
+
+  // A connection of a dialect this build has no store for.
+  class OtherDialect final : public sql::Connection {
+   public:
+    using sql::Connection::execute;
+    using sql::Connection::query;
+    std::int64_t execute(std::string_view, std::span<const sql::Value>) override { return 0; }
+    std::vector<sql::Row> query(std::string_view, std::span<const sql::Value>) override {
+      return {};
+    }
+    void begin() override {}
+    void commit() override {}
+    void rollback() override {}
+    bool in_transaction() const override { return false; }
+    std::string_view dialect() const override { return "oracle"; }
+  } other;
+  EXPECT_THROW(detect_store(other), std::invalid_argument);
+  EXPECT_THROW(detect_purger(other), std::invalid_argument);
+  EXPECT_THROW(create_schema_for(other), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace outbox
