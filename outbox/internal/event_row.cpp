@@ -41,6 +41,18 @@ std::vector<OutboxEvent> events_from_rows(const std::vector<sql::Row>& rows) {
   return out;
 }
 
+std::vector<std::int64_t> count_by_status(sql::Connection& conn, const std::string& table) {
+  std::vector<std::int64_t> counts(4, 0);
+  for (const auto& r : conn.query("SELECT status, COUNT(*) FROM " + table + " GROUP BY status",
+                                  std::span<const sql::Value>())) {
+    const auto status = r.get_int(0);
+    if (status >= 0 && status < 4) {
+      counts[static_cast<std::size_t>(status)] = r.get_int(1);
+    }
+  }
+  return counts;
+}
+
 std::string question_marks(std::size_t n) {
   std::string s;
   s.reserve(n * 2);

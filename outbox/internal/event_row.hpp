@@ -8,6 +8,7 @@
 
 #include <vector>
 
+#include "outbox/sql/connection.hpp"
 #include "outbox/sql/value.hpp"
 #include "outbox/store.hpp"
 
@@ -15,6 +16,9 @@ namespace outbox::internal {
 
 OutboxEvent event_from_row(const sql::Row& row);
 std::vector<OutboxEvent> events_from_rows(const std::vector<sql::Row>& rows);
+
+/// Rows per status (NEW, DONE, RETRY, DEAD) of `table`: the same SQL on every engine.
+std::vector<std::int64_t> count_by_status(sql::Connection& conn, const std::string& table);
 
 /// "?,?,?" (n marks) for IN lists of engines with `?` parameters.
 std::string question_marks(std::size_t n);

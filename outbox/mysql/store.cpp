@@ -207,25 +207,21 @@ int MySqlOutboxStore::mark_done_batch(sql::Connection& conn,
 
 int MySqlOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
                                  std::chrono::milliseconds delay, std::string_view error) {
-  const std::string truncated = truncate_error(error);
-  Query q(options_.use_database_clock);
-  q.sql("UPDATE " + options_.table + " SET status = 2, attempts = attempts + 1, available_at = ")
-      .now(now)
-      .sql(" + INTERVAL ")
-      .param(static_cast<std::int64_t>(delay.count()) * 1000)
-      .sql(" MICROSECOND, last_error = ")
-      .param(TextRef{truncated})
-      .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
-      .param(TextRef{event_id})
-      .sql(" AND status IN (0, 2)");
-  return to_int(q.execute(conn));
+  return reschedule(conn, event_id, now, delay, error, true);
 }
 
 int MySqlOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp now,
                                     std::chrono::milliseconds delay, std::string_view reason) {
-  const std::string truncated = truncate_error(reason);
+  return reschedule(conn, event_id, now, delay, reason, false);
+}
+
+int MySqlOutboxStore::reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                 std::chrono::milliseconds delay, std::string_view message,
+                                 bool count_attempt) {
+  const std::string truncated = truncate_error(message);
   Query q(options_.use_database_clock);
-  q.sql("UPDATE " + options_.table + " SET status = 2, available_at = ")
+  q.sql("UPDATE " + options_.table + " SET status = 2, attempts = attempts + " +
+        (count_attempt ? "1" : "0") + ", available_at = ")
       .now(now)
       .sql(" + INTERVAL ")
       .param(static_cast<std::int64_t>(delay.count()) * 1000)
@@ -369,15 +365,7 @@ std::optional<OutboxEvent> MySqlOutboxStore::find(sql::Connection& conn,
 }
 
 std::vector<std::int64_t> MySqlOutboxStore::count_by_status(sql::Connection& conn) {
-  std::vector<std::int64_t> counts(4, 0);
-  for (const auto& r :
-       conn.query("SELECT status, COUNT(*) FROM " + options_.table + " GROUP BY status", {})) {
-    const auto status = r.get_int(0);
-    if (status >= 0 && status < 4) {
-      counts[static_cast<std::size_t>(status)] = r.get_int(1);
-    }
-  }
-  return counts;
+  return internal::count_by_status(conn, options_.table);
 }
 
 MySqlEventPurger::MySqlEventPurger(std::string table) : table_(std::move(table)) {

@@ -191,29 +191,24 @@ int PostgresOutboxStore::mark_done_batch(sql::Connection& conn,
 
 int PostgresOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
                                     std::chrono::milliseconds delay, std::string_view error) {
-  const std::string sql = "UPDATE " + options_.table +
-                          " SET status = 2, attempts = attempts + 1, available_at = " + now_sql(4) +
-                          " + $3::bigint * interval '1 millisecond', last_error = $2, "
-                          "locked_by = NULL, locked_at = NULL "
-                          "WHERE event_id = $1 AND status IN (0, 2)";
-  const std::string truncated = truncate_error(error);
-  if (options_.use_database_clock) {
-    return to_int(conn.execute(
-        sql, {TextRef{event_id}, TextRef{truncated}, static_cast<std::int64_t>(delay.count())}));
-  }
-  return to_int(conn.execute(sql, {TextRef{event_id}, TextRef{truncated},
-                                   static_cast<std::int64_t>(delay.count()), to_micros(now)}));
+  return reschedule(conn, event_id, now, delay, error, true);
 }
 
 int PostgresOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id,
                                        Timestamp now, std::chrono::milliseconds delay,
                                        std::string_view reason) {
-  const std::string sql = "UPDATE " + options_.table +
-                          " SET status = 2, available_at = " + now_sql(4) +
+  return reschedule(conn, event_id, now, delay, reason, false);
+}
+
+int PostgresOutboxStore::reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                    std::chrono::milliseconds delay, std::string_view message,
+                                    bool count_attempt) {
+  const std::string sql = "UPDATE " + options_.table + " SET status = 2, attempts = attempts + " +
+                          (count_attempt ? "1" : "0") + ", available_at = " + now_sql(4) +
                           " + $3::bigint * interval '1 millisecond', last_error = $2, "
                           "locked_by = NULL, locked_at = NULL "
                           "WHERE event_id = $1 AND status IN (0, 2)";
-  const std::string truncated = truncate_error(reason);
+  const std::string truncated = truncate_error(message);
   if (options_.use_database_clock) {
     return to_int(conn.execute(
         sql, {TextRef{event_id}, TextRef{truncated}, static_cast<std::int64_t>(delay.count())}));
@@ -328,15 +323,7 @@ std::optional<OutboxEvent> PostgresOutboxStore::find(sql::Connection& conn,
 }
 
 std::vector<std::int64_t> PostgresOutboxStore::count_by_status(sql::Connection& conn) {
-  std::vector<std::int64_t> counts(4, 0);
-  for (const auto& r :
-       conn.query("SELECT status, COUNT(*) FROM " + options_.table + " GROUP BY status")) {
-    const auto status = r.get_int(0);
-    if (status >= 0 && status < 4) {
-      counts[static_cast<std::size_t>(status)] = r.get_int(1);
-    }
-  }
-  return counts;
+  return internal::count_by_status(conn, options_.table);
 }
 
 PostgresEventPurger::PostgresEventPurger(std::string table) : table_(std::move(table)) {

@@ -59,6 +59,8 @@ class PostgresOutboxStore final : public OutboxStore {
   std::vector<std::int64_t> count_by_status(sql::Connection& conn) override;
 
  private:
+  int reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                 std::chrono::milliseconds delay, std::string_view message, bool count_attempt);
   std::string now_sql(int param) const;
   std::string recent_column() const;
   Options options_;

@@ -249,14 +249,7 @@ std::optional<OutboxEvent> SqliteOutboxStore::find(sql::Connection& conn,
 }
 
 std::vector<std::int64_t> SqliteOutboxStore::count_by_status(sql::Connection& conn) {
-  std::vector<std::int64_t> counts(4, 0);
-  for (const auto& r : conn.query("SELECT status, COUNT(*) FROM " + table_ + " GROUP BY status")) {
-    const auto status = r.get_int(0);
-    if (status >= 0 && status < 4) {
-      counts[static_cast<std::size_t>(status)] = r.get_int(1);
-    }
-  }
-  return counts;
+  return internal::count_by_status(conn, table_);
 }
 
 SqliteEventPurger::SqliteEventPurger(std::string table) : table_(std::move(table)) {
