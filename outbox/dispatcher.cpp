@@ -82,12 +82,11 @@ OutboxDispatcher::~OutboxDispatcher() {
 
 bool OutboxDispatcher::enqueue_hot(QueuedEvent event, bool reserved) {
   event.source = QueuedEvent::Source::Hot;
-  return enqueue(std::move(event), true, reserved);
+  return enqueue(std::move(event), true, reserved) != EnqueueResult::Refused;
 }
 
 bool OutboxDispatcher::enqueue_cold(QueuedEvent event) {
-  event.source = QueuedEvent::Source::Cold;
-  return enqueue(std::move(event), false, false);
+  return try_enqueue_cold(std::move(event)) != EnqueueResult::Refused;
 }
 
 bool OutboxDispatcher::reserve(std::string_view event_id) {
@@ -100,7 +99,13 @@ void OutboxDispatcher::release_reservation(std::string_view event_id) {
   options_.in_flight_tracker->release(event_id);
 }
 
-bool OutboxDispatcher::enqueue(QueuedEvent event, bool hot, bool reserved) {
+OutboxDispatcher::EnqueueResult OutboxDispatcher::try_enqueue_cold(QueuedEvent event) {
+  event.source = QueuedEvent::Source::Cold;
+  return enqueue(std::move(event), false, false);
+}
+
+OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, bool hot,
+                                                          bool reserved) {
   int hot_depth;
   int cold_depth;
   {
@@ -112,13 +117,13 @@ bool OutboxDispatcher::enqueue(QueuedEvent event, bool hot, bool reserved) {
       if (reserved) {
         options_.in_flight_tracker->release(id);
       }
-      return false;
+      return EnqueueResult::Refused;
     }
     if (!hot && completed_ids_.count(id) != 0) {
-      return true;  // completed after this scan read it: the row is no longer pending
+      return EnqueueResult::Duplicate;  // completed after this scan read it: no longer pending
     }
     if (!reserved && !options_.in_flight_tracker->try_acquire(id)) {
-      return true;  // already queued or being processed here
+      return EnqueueResult::Duplicate;  // already queued or being processed here
     }
     queue.push_back(std::move(event));
     hot_depth = static_cast<int>(hot_.size());
@@ -131,7 +136,12 @@ bool OutboxDispatcher::enqueue(QueuedEvent event, bool hot, bool reserved) {
     options_.metrics->increment_cold_enqueued();
   }
   options_.metrics->record_queue_depths(hot_depth, cold_depth);
-  return true;
+  return EnqueueResult::Queued;
+}
+
+int OutboxDispatcher::in_memory() const {
+  std::lock_guard lock(queue_mutex_);
+  return static_cast<int>(hot_.size() + cold_.size()) + options_.worker_count;
 }
 
 int OutboxDispatcher::cold_queue_remaining_capacity() const {

@@ -90,6 +90,12 @@ class OutboxDispatcher {
   /// Queues an event from the poller. True if queued, already tracked, or completed during the
   /// current scan; false if the cold queue is full or closing.
   bool enqueue_cold(QueuedEvent event);
+  /// What enqueue_cold did: queued, dropped as a duplicate, or refused (full / closing).
+  enum class EnqueueResult { Queued, Duplicate, Refused };
+  /// enqueue_cold with the distinction between a new event and a duplicate.
+  EnqueueResult try_enqueue_cold(QueuedEvent event);
+  /// Events queued (hot and cold) plus one per worker: an upper bound of the events held here.
+  int in_memory() const;
   /// Free slots in the cold queue (0 when closing).
   int cold_queue_remaining_capacity() const;
   /// Marks the start of a poll cycle; returns a token for end_scan().
@@ -105,7 +111,7 @@ class OutboxDispatcher {
   void process(QueuedEvent& event);
   void finish(const std::string& event_id);
   void complete_done(std::string event_id);
-  bool enqueue(QueuedEvent event, bool hot, bool reserved);
+  EnqueueResult enqueue(QueuedEvent event, bool hot, bool reserved);
 
   Options options_;
   mutable std::mutex queue_mutex_;  // guards the queues, flags, scan bookkeeping

@@ -13,14 +13,24 @@
 namespace outbox {
 
 bool DispatcherPollerHandler::handle(const EventEnvelope& event, int attempts) {
-  return dispatcher_.enqueue_cold(QueuedEvent{event, QueuedEvent::Source::Cold, attempts});
+  const auto r =
+      dispatcher_.try_enqueue_cold(QueuedEvent{event, QueuedEvent::Source::Cold, attempts});
+  if (r == OutboxDispatcher::EnqueueResult::Queued) {
+    ++queued_;
+  }
+  return r != OutboxDispatcher::EnqueueResult::Refused;
 }
 
 int DispatcherPollerHandler::available_capacity() const {
   return dispatcher_.cold_queue_remaining_capacity();
 }
 
+int DispatcherPollerHandler::in_flight() const {
+  return dispatcher_.in_memory();
+}
+
 void DispatcherPollerHandler::begin_cycle() {
+  queued_ = 0;
   scan_token_ = dispatcher_.begin_scan();
 }
 
@@ -101,15 +111,27 @@ void OutboxPoller::run() {
     lock.unlock();
     poll();
     lock.lock();
-    // Waiting for the interval is the poller's behaviour; close() wakes it at once.
-    wake_.wait_for(lock, next_wait(), [&] { return closed_; });
+    // Waiting is the poller's behaviour; close() wakes it at once. A full batch means a backlog:
+    // the next cycle runs without waiting.
+    const auto wait = next_wait();
+    if (wait.count() > 0) {
+      wake_.wait_for(lock, wait, [&] { return closed_; });
+    }
   }
 }
 
 std::chrono::milliseconds OutboxPoller::next_wait() const {
   const int failures = consecutive_failures_.load();
   if (failures == 0) {
-    return options_.interval;
+    switch (last_cycle_.load()) {
+      case CycleResult::FullBatch:
+        return std::chrono::milliseconds(0);
+      case CycleResult::NoCapacity:
+        // The cold queue is full: look again soon rather than a whole interval later.
+        return std::clamp(options_.interval / 10, std::chrono::milliseconds(1), options_.interval);
+      case CycleResult::Partial:
+        return options_.interval;
+    }
   }
   const auto backoff = options_.interval * (1 << std::min(failures, 4));
   return std::max(options_.interval,
@@ -121,6 +143,7 @@ int OutboxPoller::poll() {
   auto& handler = *options_.handler;
   const int capacity = handler.available_capacity();
   if (capacity <= 0) {
+    last_cycle_ = CycleResult::NoCapacity;
     completed_cycles_.fetch_add(1);
     return 0;
   }
@@ -135,7 +158,10 @@ int OutboxPoller::poll() {
       rows = options_.store->claim_pending(*conn, owner_, now, options_.claim_locking->lock_timeout,
                                            options_.skip_recent, limit);
     } else {
-      rows = options_.store->poll_pending(*conn, now, options_.skip_recent, limit);
+      // Rows queued or in flight here are still pending in the table and come first: read past
+      // them so a busy queue does not hide the rows behind it.
+      const int ahead = std::min(handler.in_flight(), 20 * options_.batch_size);
+      rows = options_.store->poll_pending(*conn, now, options_.skip_recent, limit + ahead);
     }
     std::int64_t lag_ms = 0;
     if (!rows.empty()) {
@@ -165,6 +191,10 @@ int OutboxPoller::poll() {
       ++handed;
     }
     consecutive_failures_.store(0);
+    // Rows already queued or in flight here come back in every poll: only a full batch of new
+    // work is a reason not to wait.
+    const int fresh = handler.new_in_cycle().value_or(handed);
+    last_cycle_ = fresh >= limit ? CycleResult::FullBatch : CycleResult::Partial;
   } catch (const std::exception& e) {
     const int failures = consecutive_failures_.fetch_add(1) + 1;
     // Log the first failure and then every tenth, so an outage does not flood the log.

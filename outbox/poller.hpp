@@ -36,6 +36,12 @@ class OutboxPollerHandler {
   /// Called before the cycle's query and after its last handle().
   virtual void begin_cycle() {}
   virtual void end_cycle() {}
+  /// How many of this cycle's handled events were new work (not already queued or in flight);
+  /// nullopt if unknown. A full batch of new work makes the poller run its next cycle at once.
+  virtual std::optional<int> new_in_cycle() const { return std::nullopt; }
+  /// Events the handler holds (queued or running) whose rows are still pending: a poll without
+  /// claim locking reads that many extra rows to see past them.
+  virtual int in_flight() const { return 0; }
 };
 
 /// Feeds polled events to a dispatcher's cold queue, bracketing each cycle with its scan tracking.
@@ -47,10 +53,13 @@ class DispatcherPollerHandler final : public OutboxPollerHandler {
   int available_capacity() const override;
   void begin_cycle() override;
   void end_cycle() override;
+  std::optional<int> new_in_cycle() const override { return queued_; }
+  int in_flight() const override;
 
  private:
   OutboxDispatcher& dispatcher_;
   std::uint64_t scan_token_ = 0;
+  int queued_ = 0;  // events this cycle queued (cycles run on one thread at a time)
 };
 
 /// Multi-node claim locking: rows are claimed by `owner` until delivered or `lock_timeout` passes.
@@ -93,8 +102,10 @@ class OutboxPoller {
   void close();
   /// The claim owner in use (empty without claim locking).
   const std::string& owner() const noexcept { return owner_; }
-  /// The wait before the next background cycle: the interval, doubled per consecutive failed
-  /// cycle up to 16 intervals, but never more than 30 s (nor less than one interval).
+  /// The wait before the next background cycle: none after a full batch (a backlog is drained
+  /// without pauses), a tenth of the interval when the handler had no capacity, otherwise the
+  /// interval — doubled per consecutive failed cycle up to 16 intervals, at most 30 s (never less
+  /// than one interval).
   std::chrono::milliseconds next_wait() const;
   /// Poll cycles completed so far (background and poll() calls alike).
   std::uint64_t completed_cycles() const noexcept { return completed_cycles_.load(); }
@@ -106,6 +117,8 @@ class OutboxPoller {
   std::string owner_;
   std::atomic<std::uint64_t> completed_cycles_{0};
   std::atomic<int> consecutive_failures_{0};
+  enum class CycleResult { Partial, FullBatch, NoCapacity };
+  std::atomic<CycleResult> last_cycle_{CycleResult::Partial};
   std::mutex cycle_mutex_;  // serialises poll() cycles
   std::mutex state_mutex_;  // guards started_, closed_
   std::condition_variable wake_;

@@ -1,6 +1,7 @@
 #pragma once
 // The storage SPI (spec §8, §18.2): one implementation per SQL dialect.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -45,6 +46,12 @@ struct OutboxEvent {
 /// Longest last_error stored; longer messages are truncated (on a UTF-8 boundary).
 inline constexpr std::size_t kMaxErrorLength = 4000;
 
+/// How long a node leaves its own claims alone before its poller may take them again:
+/// lock_timeout / 10, at most 10 s. Shorter would make a poller re-read the rows it has queued.
+inline std::chrono::milliseconds own_claim_grace(std::chrono::milliseconds lock_timeout) {
+  return std::min<std::chrono::milliseconds>(lock_timeout / 10, std::chrono::seconds(10));
+}
+
 /// Truncates `error` to kMaxErrorLength bytes without splitting a UTF-8 sequence.
 std::string truncate_error(std::string_view error);
 
@@ -84,8 +91,9 @@ class OutboxStore {
                                                 std::chrono::microseconds skip_recent,
                                                 int limit) = 0;
   /// Like poll_pending, but atomically sets locked_by = owner, locked_at = now on rows that are
-  /// unlocked, already claimed by `owner`, or whose lock is older than `lock_timeout`; returns only
-  /// the rows it claimed, oldest first. Safe across processes sharing the database.
+  /// unlocked, whose lock is older than `lock_timeout`, or that `owner` itself claimed longer than
+  /// own_claim_grace(lock_timeout) ago (rows its writer inserted claimed but its hot path dropped);
+  /// returns only the rows it claimed, oldest first. Safe across processes sharing the database.
   virtual std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
                                                  Timestamp now,
                                                  std::chrono::milliseconds lock_timeout,

@@ -258,10 +258,11 @@ std::vector<OutboxEvent> PostgresOutboxStore::claim_pending(sql::Connection& con
       "WITH c AS (SELECT event_id FROM " + t +
       " WHERE status IN (0, 2) AND available_at <= " + now_sql(5) + " AND " + recent_column() +
       " <= " + now_sql(5) +
-      " - $3::bigint * interval '1 microsecond' AND (locked_by IS NULL OR locked_by = $1 OR "
-      "locked_at < " +
+      " - $3::bigint * interval '1 microsecond' AND (locked_by IS NULL OR locked_at < " +
+      now_sql(5) + " - $4::bigint * interval '1 millisecond' OR (locked_by = $1 AND locked_at < " +
       now_sql(5) +
-      " - $4::bigint * interval '1 millisecond') ORDER BY created_at, event_id LIMIT $2 "
+      " - LEAST($4::bigint / 10, 10000) * interval '1 millisecond')) "
+      "ORDER BY created_at, event_id LIMIT $2 "
       "FOR UPDATE SKIP LOCKED), "
       "u AS (UPDATE " +
       t + " o SET locked_by = $1, locked_at = " + now_sql(5) +

@@ -79,7 +79,7 @@ SqliteOutboxStore::SqliteOutboxStore(std::string table, const JsonCodec& codec)
                " SET locked_by = ?1, locked_at = ?2 WHERE event_id IN (SELECT event_id FROM " +
                table_ +
                " WHERE status IN (0, 2) AND available_at <= ?3 AND created_at <= ?4 AND "
-               "(locked_by IS NULL OR locked_by = ?1 OR locked_at < ?5) "
+               "(locked_by IS NULL OR locked_at < ?5 OR (locked_by = ?1 AND locked_at < ?7)) "
                "ORDER BY created_at, event_id LIMIT ?6) "
                "RETURNING " +
                select_columns_;
@@ -202,7 +202,8 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
   // both claim a row.
   auto events = internal::events_from_rows(conn.query(
       claim_sql_, {TextRef{owner}, to_micros(now), to_micros(now), to_micros(now - skip_recent),
-                   to_micros(now - lock_timeout), std::int64_t{limit}}));
+                   to_micros(now - lock_timeout), std::int64_t{limit},
+                   to_micros(now - own_claim_grace(lock_timeout))}));
   // RETURNING gives no order guarantee.
   std::sort(events.begin(), events.end(), [](const OutboxEvent& a, const OutboxEvent& b) {
     return a.created_at != b.created_at ? a.created_at < b.created_at : a.event_id < b.event_id;
