@@ -2,7 +2,7 @@
 // floor (the same business transactions with only the SQL an outbox minimally needs).
 //
 //   outbox-bench --db=URL [--mode=hot|poller|drain] [--events=N] [--writers=W] [--per-tx=K]
-//                [--payload=BYTES] [--workers=N] [--floor] [--poll-ms=MS]
+//                [--payload=BYTES] [--workers=N] [--floor] [--poll-ms=MS] [--rate=TX_PER_S]
 //     URL: sqlite:///path.db | postgresql://… or "host=… dbname=…" | mysql://… / mariadb://…
 //
 // hot:    W writer threads run business transactions (UPDATE one of 10,000 accounts + K events);
@@ -58,6 +58,7 @@ struct Config {
   int workers = 4;
   bool floor = false;
   int poll_ms = 100;
+  int rate = 0;  ///< business transactions per second across all writers; 0 = as fast as possible
 };
 
 Config parse(int argc, char** argv) {
@@ -93,6 +94,8 @@ Config parse(int argc, char** argv) {
       c.floor = true;
     } else if (key == "--poll-ms") {
       c.poll_ms = std::max(1, num());
+    } else if (key == "--rate") {
+      c.rate = num();
     } else {
       throw std::invalid_argument("unknown flag " + key + " (see the header of e2e_bench.cpp)");
     }
@@ -216,6 +219,14 @@ struct Bench {
           if (first >= cfg.events) {
             return;
           }
+          if (cfg.rate > 0) {
+            // Open-loop pacing: transaction k starts at k / rate seconds (the wait is the load
+            // shape, not a delay the result depends on).
+            const auto due =
+                start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                            static_cast<double>(first / cfg.per_tx) / cfg.rate));
+            std::this_thread::sleep_until(due);
+          }
           write(first, std::min(cfg.per_tx, cfg.events - first), rng);
         }
       });
@@ -336,23 +347,25 @@ struct Bench {
           .count();
     };
     auto listeners = std::make_shared<outbox::DefaultListenerRegistry>();
-    listeners->register_listener(outbox::EventType::of("Bench"),
-                                 [&](const outbox::EventEnvelope& e) {
-                                   const auto json = e.payload_json();
-                                   const int seq = std::atoi(json.data() + json.find(':') + 1);
-                                   if (seq < 0 || seq >= n) {
-                                     return;
-                                   }
-                                   if (seen[static_cast<std::size_t>(seq)].fetch_add(1) > 0) {
-                                     ++duplicates;
-                                     return;
-                                   }
-                                   const auto c = commit_ns[static_cast<std::size_t>(seq)].load();
-                                   if (c > 0) {
-                                     latency_ns[static_cast<std::size_t>(seq)] = now_ns() - c;
-                                   }
-                                   ++delivered;
-                                 });
+    listeners->register_listener(
+        outbox::EventType::of("Bench"), [&](const outbox::EventEnvelope& e) {
+          // PostgreSQL's JSONB may reorder keys on the cold path: look the key up.
+          const auto json = e.payload_json();
+          const auto at = json.find("\"seq\":");
+          const int seq = at == std::string_view::npos ? -1 : std::atoi(json.data() + at + 6);
+          if (seq < 0 || seq >= n) {
+            return;
+          }
+          if (seen[static_cast<std::size_t>(seq)].fetch_add(1) > 0) {
+            ++duplicates;
+            return;
+          }
+          const auto c = commit_ns[static_cast<std::size_t>(seq)].load();
+          if (c > 0) {
+            latency_ns[static_cast<std::size_t>(seq)] = now_ns() - c;
+          }
+          ++delivered;
+        });
     auto metrics = std::make_shared<outbox::InMemoryMetrics>();
     auto tx_context = std::make_shared<outbox::ThreadLocalTxContext>();
     outbox::TransactionManager tx(pool, tx_context);
@@ -448,12 +461,12 @@ struct Bench {
     }
     const double delivered_rate = metrics->snapshot().dispatch_success / total_secs;
     std::printf(
-        "mode=%s engine=%s events=%d writers=%d per_tx=%d payload=%d workers=%d "
+        "mode=%s engine=%s events=%d writers=%d per_tx=%d payload=%d workers=%d rate=%d "
         "committed/s=%.0f delivered/s=%.0f p50_us=%.0f p99_us=%.0f p999_us=%.0f duplicates=%d "
         "undelivered=%d peak_rss_mb=%ld",
         cfg.mode.c_str(), std::string(pool->acquire()->dialect()).c_str(), n, cfg.writers,
-        cfg.per_tx, cfg.payload, cfg.workers, write_secs > 0 ? n / write_secs : 0, delivered_rate,
-        pct(lat_us, 0.50), pct(lat_us, 0.99), pct(lat_us, 0.999), duplicates.load(),
+        cfg.per_tx, cfg.payload, cfg.workers, cfg.rate, write_secs > 0 ? n / write_secs : 0,
+        delivered_rate, pct(lat_us, 0.50), pct(lat_us, 0.99), pct(lat_us, 0.999), duplicates.load(),
         n - delivered.load(), peak_rss_mb());
     if (cfg.floor && cfg.mode == "drain") {
       std::printf(" floor_drain/s=%.0f ratio=%.2f", floor_rate, delivered_rate / floor_rate);

@@ -53,6 +53,12 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   if (options_.drain_timeout.count() < 0) {
     throw std::invalid_argument("OutboxDispatcher: drain_timeout must not be negative");
   }
+  if (options_.done_batch_window.count() < 0) {
+    throw std::invalid_argument("OutboxDispatcher: done_batch_window must not be negative");
+  }
+  if (options_.done_batch_max < 1) {
+    throw std::invalid_argument("OutboxDispatcher: done_batch_max must be >= 1");
+  }
   for (const auto& i : options_.interceptors) {
     if (!i) {
       throw std::invalid_argument("OutboxDispatcher: interceptors must not contain null");
@@ -70,6 +76,7 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   if (!options_.metrics) {
     options_.metrics = MetricsExporter::noop();
   }
+  flusher_ = std::thread([this] { flusher_loop(); });
   workers_.reserve(static_cast<std::size_t>(options_.worker_count));
   for (int i = 0; i < options_.worker_count; ++i) {
     workers_.emplace_back([this] { worker_loop(); });
@@ -175,7 +182,7 @@ void OutboxDispatcher::end_scan(std::uint64_t token) {
 void OutboxDispatcher::close() {
   std::lock_guard close_lock(close_mutex_);
   std::unique_lock lock(queue_mutex_);
-  if (closing_ && workers_.empty()) {
+  if (closing_ && workers_.empty() && !flusher_.joinable()) {
     return;
   }
   closing_ = true;
@@ -195,6 +202,14 @@ void OutboxDispatcher::close() {
     }
   }
   workers_.clear();
+  {
+    std::lock_guard done_lock(done_mutex_);
+    flusher_stop_ = true;
+  }
+  done_ready_.notify_all();
+  if (flusher_.joinable()) {
+    flusher_.join();  // it writes every DONE mark still waiting before it stops
+  }
   lock.lock();
   for (auto* queue : {&hot_, &cold_}) {
     for (auto& e : *queue) {
@@ -302,8 +317,7 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
   // Metrics are counted after the event is released, so an observer that sees a count can
   // queue the same event again.
   if (outcome == Outcome::Done) {
-    complete_done(event.event_id());
-    options_.metrics->increment_dispatch_success();
+    complete_done(event.event_id());  // counted as a success once its DONE mark is written
     return;
   }
   try {
@@ -347,20 +361,50 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
 }
 
 void OutboxDispatcher::complete_done(std::string event_id) {
-  std::unique_lock lock(done_mutex_);
-  pending_done_.push_back(std::move(event_id));
-  if (flushing_) {
-    return;  // the flushing worker picks this id up before it stops
+  bool wake;
+  {
+    std::lock_guard lock(done_mutex_);
+    if (pending_done_.empty()) {
+      first_done_at_ = std::chrono::steady_clock::now();
+    }
+    pending_done_.push_back(std::move(event_id));
+    // Wake the flusher for the first id of a window (it then sleeps until the window ends) and
+    // when the batch is full.
+    wake = pending_done_.size() == 1 || pending_done_.size() >= options_.done_batch_max;
   }
-  flushing_ = true;
-  while (!pending_done_.empty()) {
+  if (wake) {
+    done_ready_.notify_one();
+  }
+}
+
+void OutboxDispatcher::flusher_loop() {
+  std::unique_lock lock(done_mutex_);
+  for (;;) {
+    done_ready_.wait(lock, [&] { return flusher_stop_ || !pending_done_.empty(); });
+    if (pending_done_.empty()) {
+      return;  // stopping with nothing left to write
+    }
+    // Gather for the rest of the window, unless the batch fills up or the dispatcher closes.
+    done_ready_.wait_until(lock, first_done_at_ + options_.done_batch_window, [&] {
+      return flusher_stop_ || pending_done_.size() >= options_.done_batch_max;
+    });
     std::vector<std::string> batch;
-    batch.swap(pending_done_);
+    if (pending_done_.size() <= options_.done_batch_max) {
+      batch.swap(pending_done_);
+    } else {
+      batch.assign(std::make_move_iterator(pending_done_.begin()),
+                   std::make_move_iterator(pending_done_.begin() +
+                                           static_cast<long>(options_.done_batch_max)));
+      pending_done_.erase(pending_done_.begin(),
+                          pending_done_.begin() + static_cast<long>(options_.done_batch_max));
+    }
     lock.unlock();
+    bool written = true;
     try {
       auto conn = options_.connection_provider->acquire();
       options_.store->mark_done_batch(*conn, batch, options_.clock->now());
     } catch (const std::exception& e) {
+      written = false;
       for (std::size_t i = 0; i < batch.size(); ++i) {
         options_.metrics->increment_status_update_failure();
       }
@@ -369,10 +413,12 @@ void OutboxDispatcher::complete_done(std::string event_id) {
     }
     for (const auto& id : batch) {
       finish(id);
+      if (written) {
+        options_.metrics->increment_dispatch_success();
+      }
     }
     lock.lock();
   }
-  flushing_ = false;
 }
 
 void OutboxDispatcher::finish(const std::string& event_id) {

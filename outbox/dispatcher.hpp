@@ -41,11 +41,11 @@ struct QueuedEvent {
 
 /// Runs listeners for queued events and records DONE / RETRY / DEAD. Thread-safe.
 ///
-/// DONE marks are group-committed: a worker that finishes an event while another worker is
-/// writing DONE marks hands its id over and moves on; the writing worker flushes every id that
-/// accumulated in one UPDATE. At low load each mark is written at once; under load one statement
-/// covers many events. A crash loses at most the ids of one flush in progress, which the poller
-/// delivers again (at-least-once).
+/// DONE marks are batched: workers hand finished ids to a flusher thread, which writes them in
+/// one UPDATE per `done_batch_window` (or as soon as `done_batch_max` ids are waiting), so a
+/// workload pays one status commit per window instead of one per event. A crash loses the ids not
+/// yet flushed (at most one window's worth, bounded by done_batch_max per statement); the poller
+/// delivers those again (at-least-once).
 ///
 /// An event is tracked from enqueue until its status is written, so the poller cannot queue it a
 /// second time meanwhile; a poll cycle bracketed by begin_scan()/end_scan() also skips events that
@@ -66,7 +66,11 @@ class OutboxDispatcher {
     std::vector<std::shared_ptr<EventInterceptor>>
         interceptors;                               ///< before in order, after reversed
     std::chrono::milliseconds drain_timeout{5000};  ///< how long close() lets workers drain
-    std::shared_ptr<Clock> clock;                   ///< default: Clock::system()
+    /// How long the flusher gathers DONE marks before writing them (0: write at once). >= 0.
+    std::chrono::microseconds done_batch_window{2000};
+    /// Write as soon as this many DONE marks wait. >= 1.
+    std::size_t done_batch_max = 256;
+    std::shared_ptr<Clock> clock;  ///< default: Clock::system()
   };
 
   /// Validates (std::invalid_argument naming the field) and starts the workers.
@@ -111,6 +115,7 @@ class OutboxDispatcher {
   void process(QueuedEvent& event);
   void finish(const std::string& event_id);
   void complete_done(std::string event_id);
+  void flusher_loop();
   EnqueueResult enqueue(QueuedEvent event, bool hot, bool reserved);
 
   Options options_;
@@ -126,9 +131,12 @@ class OutboxDispatcher {
   std::multiset<std::uint64_t> active_scans_;
   std::deque<std::pair<std::uint64_t, std::string>> completed_log_;
   std::unordered_set<std::string> completed_ids_;
-  std::mutex done_mutex_;  // guards pending_done_, flushing_
+  std::mutex done_mutex_;  // guards pending_done_, first_done_at_, flusher_stop_
+  std::condition_variable done_ready_;
   std::vector<std::string> pending_done_;
-  bool flushing_ = false;
+  std::chrono::steady_clock::time_point first_done_at_;
+  bool flusher_stop_ = false;
+  std::thread flusher_;
   std::mutex close_mutex_;  // serialises close()
   std::vector<std::thread> workers_;
 };

@@ -108,6 +108,8 @@ Outbox Outbox::build(Options o, Mode mode) {
         .metrics = o.metrics,
         .interceptors = o.interceptors,
         .drain_timeout = o.drain_timeout,
+        .done_batch_window = o.done_batch_window,
+        .done_batch_max = o.done_batch_max,
         .clock = o.clock,
     });
     // On failure from here on, `outbox` is destroyed, which closes the dispatcher (§20.3 step 4).

@@ -348,6 +348,28 @@ TEST_F(DispatcherTest, DrainTimeoutLeavesTheRestInTheTable) {
   EXPECT_EQ(count(EventStatus::New), 10);  // 9 abandoned + "late"
 }
 
+TEST_F(DispatcherTest, DoneMarksAreBatchedByWindowAndSizeAndFlushedOnClose) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
+  auto o = options();
+  o.done_batch_window = std::chrono::hours(1);  // only the size limit or close() flush
+  o.done_batch_max = 3;
+  OutboxDispatcher d(o);
+  d.enqueue_hot(queued(committed("A", "w1")));
+  d.enqueue_hot(queued(committed("A", "w2")));
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 2; }));
+  EXPECT_EQ(status("w1"), EventStatus::New);  // delivered, DONE mark waiting for its batch
+  EXPECT_EQ(metrics->snapshot().dispatch_success, 0);
+  d.enqueue_hot(queued(committed("A", "w3")));  // third mark fills the batch
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_success == 3; }));
+  EXPECT_EQ(count(EventStatus::Done), 3);
+  d.enqueue_hot(queued(committed("A", "w4")));
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 4; }));
+  EXPECT_EQ(status("w4"), EventStatus::New);
+  d.close();  // writes the waiting mark
+  EXPECT_EQ(status("w4"), EventStatus::Done);
+}
+
 TEST_F(DispatcherTest, OptionsAreValidated) {
   auto bad = [&](auto mutate) {
     auto o = options();
@@ -362,6 +384,8 @@ TEST_F(DispatcherTest, OptionsAreValidated) {
   bad([](auto& o) { o.hot_queue_capacity = 0; });
   bad([](auto& o) { o.cold_queue_capacity = 0; });
   bad([](auto& o) { o.interceptors = {nullptr}; });
+  bad([](auto& o) { o.done_batch_window = std::chrono::microseconds(-1); });
+  bad([](auto& o) { o.done_batch_max = 0; });
 }
 
 }  // namespace
