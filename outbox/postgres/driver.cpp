@@ -125,7 +125,11 @@ class PgConnection final : public sql::Connection {
       // Simple protocol: allows several statements (schema scripts) and needs no preparation.
       return check(PQexec(conn_, std::string(sql).c_str()), sql);
     }
-    const std::string& name = prepare(sql, static_cast<int>(params.size()));
+    // A generic plan assumes LIMIT $n returns a tenth of the table and may then sort the whole
+    // backlog on every claim; such statements are planned per execution with the real limit.
+    const bool plan_each_time = sql.find("LIMIT $") != std::string_view::npos;
+    const std::string* name =
+        plan_each_time ? nullptr : &prepare(sql, static_cast<int>(params.size()));
     // Text parameters must be NUL-terminated: keep owned copies alive for the call.
     std::vector<std::string> text(params.size());
     std::vector<const char*> values(params.size(), nullptr);
@@ -155,8 +159,13 @@ class PgConnection final : public sql::Connection {
           },
           params[i]);
     }
-    return check(PQexecPrepared(conn_, name.c_str(), static_cast<int>(params.size()), values.data(),
-                                lengths.data(), formats.data(), 0),
+    if (plan_each_time) {
+      return check(PQexecParams(conn_, std::string(sql).c_str(), static_cast<int>(params.size()),
+                                nullptr, values.data(), lengths.data(), formats.data(), 0),
+                   sql);
+    }
+    return check(PQexecPrepared(conn_, name->c_str(), static_cast<int>(params.size()),
+                                values.data(), lengths.data(), formats.data(), 0),
                  sql);
   }
 
