@@ -88,6 +88,15 @@ TEST_P(ServerEngine, ParametersAreBinarySafeAndStatementsReused) {
   EXPECT_TRUE(nulls[0].is_null(2));
 }
 
+TEST_P(ServerEngine, ManyDistinctStatementsStayUsable) {
+  // More distinct texts than the statement caches hold: old statements are dropped, none clash.
+  for (int i = 0; i < 300; ++i) {
+    const std::string sql = "SELECT " + p(1) + " + " + std::to_string(i);
+    ASSERT_EQ(conn_->query(sql, {std::int64_t{1}}).at(0).get_int(0), 1 + i);
+  }
+  EXPECT_EQ(conn_->query("SELECT " + p(1) + " + 0", {std::int64_t{7}}).at(0).get_int(0), 7);
+}
+
 TEST_P(ServerEngine, TransactionsAndDetection) {
   conn_->execute("CREATE TABLE " + table_ + " (id INT)");
   conn_->begin();

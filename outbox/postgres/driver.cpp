@@ -16,6 +16,7 @@ constexpr Oid kInt8 = 20;
 constexpr Oid kInt2 = 21;
 constexpr Oid kInt4 = 23;
 constexpr Oid kBytea = 17;
+constexpr std::size_t kMaxStatements = 128;
 
 using ResultPtr = std::unique_ptr<PGresult, decltype(&PQclear)>;
 
@@ -174,9 +175,17 @@ class PgConnection final : public sql::Connection {
     if (it != statements_.end()) {
       return it->second;
     }
+    if (statements_.size() >= kMaxStatements) {
+      // Multi-row inserts of varying sizes would grow the cache without bound.
+      for (const auto& [text, statement] : statements_) {
+        PGresult* r = PQexec(conn_, ("DEALLOCATE " + statement).c_str());
+        PQclear(r);
+      }
+      statements_.clear();
+    }
     // Unique per wrapper too: two wrappers of one caller-owned PGconn must not collide.
     std::string name =
-        "outbox_" + std::to_string(instance_) + "_" + std::to_string(statements_.size() + 1);
+        "outbox_" + std::to_string(instance_) + "_" + std::to_string(++statement_counter_);
     check(PQprepare(conn_, name.c_str(), std::string(sql).c_str(), nparams, nullptr), sql);
     return statements_.emplace(std::string(sql), std::move(name)).first->second;
   }
@@ -221,6 +230,7 @@ class PgConnection final : public sql::Connection {
   PGconn* conn_;
   bool owned_;
   std::uint64_t instance_;
+  std::uint64_t statement_counter_ = 0;  // names are never reused, even after DEALLOCATE
   std::unordered_map<std::string, std::string, SqlHash, std::equal_to<>> statements_;
 };
 
