@@ -82,10 +82,6 @@ std::string recent_column(const MySqlOutboxStore::Options& o) {
   return o.use_database_clock ? "available_at" : "pending_at";
 }
 
-Value opt_text(std::optional<std::string_view> s) {
-  return s ? Value(TextRef{*s}) : Value(std::monostate{});
-}
-
 int to_int(std::int64_t n) {
   return static_cast<int>(n);
 }
@@ -331,12 +327,12 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
 std::vector<OutboxEvent> MySqlOutboxStore::query_dead(
     sql::Connection& conn, std::optional<std::string_view> event_type,
     std::optional<std::string_view> aggregate_type, int limit) {
-  return internal::events_from_rows(
-      conn.query("SELECT " + select_ + " FROM " + options_.table +
-                     " WHERE status = 3 AND (? IS NULL OR event_type = ?) AND "
-                     "(? IS NULL OR aggregate_type = ?) ORDER BY created_at, event_id LIMIT ?",
-                 {opt_text(event_type), opt_text(event_type), opt_text(aggregate_type),
-                  opt_text(aggregate_type), std::int64_t{limit}}));
+  return internal::events_from_rows(conn.query(
+      "SELECT " + select_ + " FROM " + options_.table +
+          " WHERE status = 3 AND (? IS NULL OR event_type = ?) AND "
+          "(? IS NULL OR aggregate_type = ?) ORDER BY created_at, event_id LIMIT ?",
+      {sql::text_or_null(event_type), sql::text_or_null(event_type),
+       sql::text_or_null(aggregate_type), sql::text_or_null(aggregate_type), std::int64_t{limit}}));
 }
 
 int MySqlOutboxStore::replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) {
@@ -353,7 +349,7 @@ int MySqlOutboxStore::count_dead(sql::Connection& conn,
                                  std::optional<std::string_view> event_type) {
   return to_int(conn.query("SELECT COUNT(*) FROM " + options_.table +
                                " WHERE status = 3 AND (? IS NULL OR event_type = ?)",
-                           {opt_text(event_type), opt_text(event_type)})
+                           {sql::text_or_null(event_type), sql::text_or_null(event_type)})
                     .at(0)
                     .get_int(0));
 }

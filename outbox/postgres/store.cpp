@@ -31,10 +31,6 @@ std::string select_list() {
          ", last_error, locked_by, " + micros("locked_at") + ", payload_bytes";
 }
 
-Value opt_text(std::optional<std::string_view> s) {
-  return s ? Value(TextRef{*s}) : Value(std::monostate{});
-}
-
 // A text[] literal: {"a","b"} with quotes and backslashes escaped.
 std::string text_array(const std::vector<std::string>& items) {
   std::string out = "{";
@@ -284,12 +280,12 @@ std::vector<OutboxEvent> PostgresOutboxStore::claim_pending(sql::Connection& con
 std::vector<OutboxEvent> PostgresOutboxStore::query_dead(
     sql::Connection& conn, std::optional<std::string_view> event_type,
     std::optional<std::string_view> aggregate_type, int limit) {
-  return internal::events_from_rows(
-      conn.query("SELECT " + select_ + " FROM " + options_.table +
-                     " WHERE status = 3 AND ($1::text IS NULL OR event_type = $1) AND "
-                     "($2::text IS NULL OR aggregate_type = $2) "
-                     "ORDER BY created_at, event_id LIMIT $3",
-                 {opt_text(event_type), opt_text(aggregate_type), std::int64_t{limit}}));
+  return internal::events_from_rows(conn.query(
+      "SELECT " + select_ + " FROM " + options_.table +
+          " WHERE status = 3 AND ($1::text IS NULL OR event_type = $1) AND "
+          "($2::text IS NULL OR aggregate_type = $2) "
+          "ORDER BY created_at, event_id LIMIT $3",
+      {sql::text_or_null(event_type), sql::text_or_null(aggregate_type), std::int64_t{limit}}));
 }
 
 int PostgresOutboxStore::replay_dead(sql::Connection& conn, std::string_view event_id,
@@ -308,7 +304,7 @@ int PostgresOutboxStore::count_dead(sql::Connection& conn,
                                     std::optional<std::string_view> event_type) {
   return to_int(conn.query("SELECT COUNT(*) FROM " + options_.table +
                                " WHERE status = 3 AND ($1::text IS NULL OR event_type = $1)",
-                           {opt_text(event_type)})
+                           {sql::text_or_null(event_type)})
                     .at(0)
                     .get_int(0));
 }

@@ -33,6 +33,10 @@ using Value =
 inline Value text_or_null(const std::optional<std::string>& s) {
   return s ? Value(TextRef{*s}) : Value(std::monostate{});
 }
+/// A nullable text parameter that borrows `s` when set.
+inline Value text_or_null(std::optional<std::string_view> s) {
+  return s ? Value(TextRef{*s}) : Value(std::monostate{});
+}
 
 /// One result row. Accessors throw outbox::StoreError on a type mismatch or a bad index.
 class Row {

@@ -17,10 +17,6 @@ constexpr int kColumnsPerRow = 13;
 constexpr std::size_t kInsertChunk = 500;
 constexpr std::size_t kIdChunk = 500;
 
-Value opt_text(std::optional<std::string_view> s) {
-  return s ? Value(TextRef{*s}) : Value(std::monostate{});
-}
-
 }  // namespace
 
 void create_schema(sql::Connection& conn, const std::string& table) {
@@ -214,12 +210,12 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
 std::vector<OutboxEvent> SqliteOutboxStore::query_dead(
     sql::Connection& conn, std::optional<std::string_view> event_type,
     std::optional<std::string_view> aggregate_type, int limit) {
-  return internal::events_from_rows(
-      conn.query("SELECT " + select_columns_ + " FROM " + table_ +
-                     " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1) AND "
-                     "(?2 IS NULL OR aggregate_type = ?2) "
-                     "ORDER BY created_at, event_id LIMIT ?3",
-                 {opt_text(event_type), opt_text(aggregate_type), std::int64_t{limit}}));
+  return internal::events_from_rows(conn.query(
+      "SELECT " + select_columns_ + " FROM " + table_ +
+          " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1) AND "
+          "(?2 IS NULL OR aggregate_type = ?2) "
+          "ORDER BY created_at, event_id LIMIT ?3",
+      {sql::text_or_null(event_type), sql::text_or_null(aggregate_type), std::int64_t{limit}}));
 }
 
 int SqliteOutboxStore::replay_dead(sql::Connection& conn, std::string_view event_id,
@@ -235,7 +231,7 @@ int SqliteOutboxStore::count_dead(sql::Connection& conn,
                                   std::optional<std::string_view> event_type) {
   auto rows = conn.query(
       "SELECT COUNT(*) FROM " + table_ + " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1)",
-      {opt_text(event_type)});
+      {sql::text_or_null(event_type)});
   return static_cast<int>(rows.at(0).get_int(0));
 }
 
