@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 namespace outbox {
 
@@ -27,5 +28,8 @@ inline std::int64_t to_micros(Timestamp t) {
 inline Timestamp from_micros(std::int64_t us) {
   return Timestamp(std::chrono::duration_cast<Timestamp::duration>(std::chrono::microseconds(us)));
 }
+
+/// RFC 3339 in UTC with microseconds, e.g. "2026-11-22T14:15:45.123456Z".
+std::string format_rfc3339(Timestamp t);
 
 }  // namespace outbox

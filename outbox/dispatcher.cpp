@@ -297,6 +297,8 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
     } catch (const UnroutableEventError&) {
       outcome = Outcome::Dead;
       count_attempt = false;
+    } catch (const PermanentFailure&) {
+      outcome = Outcome::Dead;
     } catch (const RetryLater& later) {
       delay = later.delay();
       if (!later.count_attempt()) {

@@ -25,6 +25,13 @@ class UnroutableEventError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Thrown by a listener when retrying cannot help (e.g. the receiver rejected the event as
+/// invalid): the event goes DEAD at once with this message as its last error.
+class PermanentFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 /// Thrown by a listener to ask for redelivery after `delay`. With `count_attempt` false (the
 /// default) the attempt counter is left unchanged, so deferring never leads to DEAD; with true it
 /// counts as a failed attempt (RETRY, or DEAD at max attempts) but waits `delay` instead of the

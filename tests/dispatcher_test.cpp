@@ -68,6 +68,20 @@ TEST_F(DispatcherTest, UnroutableGoesDeadOnceWithoutCountingAnAttempt) {
   EXPECT_EQ(metrics->snapshot().dispatch_failure, 0);
 }
 
+TEST_F(DispatcherTest, PermanentFailureGoesDeadAtOnceWithItsReason) {
+  listeners->register_listener(EventType::of("P"), [](const EventEnvelope&) {
+    throw PermanentFailure("HTTP 400: bad amount");
+  });
+  OutboxDispatcher d(options());
+  d.enqueue_hot(queued(committed("P", "p1")));  // attempts 0 of max 3: no retry even so
+  ASSERT_TRUE(wait_status("p1", EventStatus::Dead));
+  auto r = row("p1");
+  EXPECT_EQ(r->attempts, 1);
+  EXPECT_EQ(r->last_error, "HTTP 400: bad amount");
+  d.close();
+  EXPECT_EQ(metrics->snapshot().dispatch_dead, 1);
+}
+
 TEST_F(DispatcherTest, FailureRetriesWithBackoffThenDeadAtMaxAttempts) {
   listeners->register_listener(
       EventType::of("F"), [](const EventEnvelope&) { throw std::runtime_error("downstream"); });

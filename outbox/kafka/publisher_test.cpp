@@ -1,0 +1,126 @@
+#include "outbox/kafka/publisher.hpp"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+
+#include "tests/support/kafka_mock.hpp"
+
+namespace outbox::kafka {
+namespace {
+
+EventEnvelope event(const std::string& aggregate, int seq) {
+  return EventEnvelope::builder(EventType::of("OrderPlaced"))
+      .aggregate_type(AggregateType::of("Order"))
+      .aggregate_id(aggregate)
+      .tenant_id("t1")
+      .header("traceparent", "00-abc-def-01")
+      .payload_json("{\"seq\":" + std::to_string(seq) + "}")
+      .build();
+}
+
+TEST(KafkaPublisher, DeliversWithKeysHeadersAndPerKeyOrder) {
+  testing::KafkaMockCluster cluster;
+  cluster.create_topic("orders", 3);
+  KafkaPublisher publisher({.brokers = cluster.bootstraps()});
+
+  // 4 threads publish batches concurrently; each aggregate's events come from one thread, in order.
+  constexpr int kAggregates = 8, kPerAggregate = 50;
+  std::vector<EventEnvelope> events;
+  for (int s = 0; s < kPerAggregate; ++s) {
+    for (int a = 0; a < kAggregates; ++a) {
+      events.push_back(event("agg-" + std::to_string(a), s));
+    }
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int s = 0; s < kPerAggregate; ++s) {
+        std::vector<PublishRequest> batch;
+        for (int a = t * 2; a < t * 2 + 2; ++a) {
+          batch.push_back({&events[s * kAggregates + a], "orders"});
+        }
+        for (const auto& r : publisher.publish(batch)) {
+          ok += r.is_ok() ? 1 : 0;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  ASSERT_EQ(ok.load(), kAggregates * kPerAggregate);
+
+  auto messages = testing::consume(cluster.bootstraps(), {"orders"}, events.size());
+  ASSERT_EQ(messages.size(), events.size());
+  std::map<std::string, const EventEnvelope*> by_id;
+  for (const auto& e : events) {
+    by_id[e.event_id()] = &e;
+  }
+  std::map<std::string, int> last_seq;
+  std::map<std::string, int> partition_of;
+  std::sort(messages.begin(), messages.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.partition, a.offset) < std::tie(b.partition, b.offset);
+  });
+  for (const auto& m : messages) {
+    ASSERT_TRUE(m.has_key);
+    const auto& id = m.headers.at(kHeaderEventId);
+    const EventEnvelope& e = *by_id.at(id);
+    EXPECT_EQ(m.key, *e.aggregate_id());
+    EXPECT_EQ(m.value, e.payload_json());
+    EXPECT_EQ(m.headers.at(kHeaderEventType), "OrderPlaced");
+    EXPECT_EQ(m.headers.at(kHeaderAggregateType), "Order");
+    EXPECT_EQ(m.headers.at(kHeaderAggregateId), m.key);
+    EXPECT_EQ(m.headers.at(kHeaderTenantId), "t1");
+    EXPECT_EQ(m.headers.at("traceparent"), "00-abc-def-01");
+    EXPECT_EQ(m.headers.at(kHeaderOccurredAt).back(), 'Z');
+    // Same key → same partition, and offsets follow the order of production.
+    auto [it, inserted] = partition_of.emplace(m.key, m.partition);
+    EXPECT_EQ(it->second, m.partition) << m.key;
+    const int seq = std::stoi(m.value.substr(7));
+    auto last = last_seq.find(m.key);
+    if (last != last_seq.end()) {
+      EXPECT_EQ(seq, last->second + 1) << m.key;
+    }
+    last_seq[m.key] = seq;
+  }
+  EXPECT_EQ(last_seq.size(), static_cast<std::size_t>(kAggregates));
+}
+
+TEST(KafkaPublisher, OversizeMessageIsPermanentAndUnreachableBrokerRetriable) {
+  testing::KafkaMockCluster cluster;
+  KafkaPublisher small(
+      {.brokers = cluster.bootstraps(), .properties = {{"message.max.bytes", "1000"}}});
+  auto big = EventEnvelope::builder(EventType::of("Big"))
+                 .payload_json("\"" + std::string(5000, 'x') + "\"")
+                 .build();
+  auto ok = event("a", 1);
+  auto r = small.publish(std::vector<PublishRequest>{{&big, "t"}, {&ok, "t"}, {&ok, ""}});
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].kind, PublishResult::Kind::Permanent) << r[0].reason;
+  EXPECT_NE(r[0].reason.find("MSG_SIZE_TOO_LARGE"), std::string::npos) << r[0].reason;
+  EXPECT_TRUE(r[1].is_ok()) << r[1].reason;
+  EXPECT_EQ(r[2].kind, PublishResult::Kind::Permanent);
+
+  // Port 1 on loopback: nothing listens, the message times out.
+  KafkaPublisher nowhere(
+      {.brokers = "127.0.0.1:1", .delivery_timeout = std::chrono::milliseconds(300)});
+  auto down = nowhere.publish(std::vector<PublishRequest>{{&ok, "t"}});
+  ASSERT_EQ(down.size(), 1u);
+  EXPECT_EQ(down[0].kind, PublishResult::Kind::Retriable) << down[0].reason;
+}
+
+TEST(KafkaPublisher, RejectsBadSettingsWithTheirName) {
+  EXPECT_THROW(KafkaPublisher({}), std::invalid_argument);
+  try {
+    KafkaPublisher p({.brokers = "x:1", .properties = {{"no.such.setting", "1"}}});
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("no.such.setting"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace outbox::kafka
