@@ -4,9 +4,8 @@
 #include <stdexcept>
 
 namespace outbox {
-namespace {
 
-void append_escaped(std::string& out, std::string_view s) {
+void append_json_string(std::string& out, std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   out.push_back('"');
   for (char c : s) {
@@ -44,6 +43,8 @@ void append_escaped(std::string& out, std::string_view s) {
   }
   out.push_back('"');
 }
+
+namespace {
 
 void append_utf8(std::string& out, std::uint32_t cp) {
   if (cp < 0x80) {
@@ -250,9 +251,9 @@ class DefaultJsonCodec final : public JsonCodec {
         out.push_back(',');
       }
       first = false;
-      append_escaped(out, key);
+      append_json_string(out, key);
       out.push_back(':');
-      append_escaped(out, value);
+      append_json_string(out, value);
     }
     out.push_back('}');
     return out;

@@ -24,4 +24,7 @@ class JsonCodec {
   static const JsonCodec& default_codec();
 };
 
+/// Appends `s` to `out` as a quoted JSON string literal (escaping quotes, backslashes, controls).
+void append_json_string(std::string& out, std::string_view s);
+
 }  // namespace outbox

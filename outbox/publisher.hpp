@@ -41,4 +41,14 @@ class Publisher {
   virtual std::vector<PublishResult> publish(std::span<const PublishRequest> batch) = 0;
 };
 
+/// The event as one JSON object: {"event_id", "event_type", "aggregate_type", "aggregate_id",
+/// "tenant_id", "occurred_at" (RFC 3339), "headers", and "payload" (JSON payloads, embedded) or
+/// "payload_base64" (binary payloads)}. The format of HTTP batches and of the log publisher.
+/// Throws std::invalid_argument when a JSON payload is not valid JSON (the envelope checks UTF-8
+/// only), so a bad row never corrupts a batch.
+std::string to_json_object(const EventEnvelope& event);
+
+/// True when `text` is one complete JSON value (RFC 8259 syntax; nesting up to 512 levels).
+bool is_valid_json(std::string_view text) noexcept;
+
 }  // namespace outbox

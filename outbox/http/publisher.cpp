@@ -1,0 +1,279 @@
+#include "outbox/http/publisher.hpp"
+
+#include <curl/curl.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "outbox/clock.hpp"
+
+namespace outbox::http {
+namespace {
+
+constexpr std::size_t kReasonBodyChars = 200;
+
+bool is_token_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) ||
+         std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+}
+
+// A header that would break or smuggle into the request is refused, never sent half-way.
+bool valid_header(std::string_view name, std::string_view value) {
+  if (name.empty()) {
+    return false;
+  }
+  for (char c : name) {
+    if (!is_token_char(c)) {
+      return false;
+    }
+  }
+  return value.find_first_of("\r\n", 0) == std::string_view::npos &&
+         value.find('\0') == std::string_view::npos;
+}
+
+std::size_t collect_body(char* data, std::size_t size, std::size_t n, void* user) {
+  auto* body = static_cast<std::string*>(user);
+  const std::size_t room = kReasonBodyChars > body->size() ? kReasonBodyChars - body->size() : 0;
+  body->append(data, std::min(room, size * n));
+  return size * n;  // read everything (keeps the connection reusable), keep the start
+}
+
+struct CurlGlobal {
+  CurlGlobal() { curl_global_init(CURL_GLOBAL_DEFAULT); }
+  ~CurlGlobal() { curl_global_cleanup(); }
+};
+
+struct SList {
+  curl_slist* list = nullptr;
+  ~SList() { curl_slist_free_all(list); }
+  void add(const std::string& line) { list = curl_slist_append(list, line.c_str()); }
+};
+
+PublishResult classify_status(long status, const std::string& body) {
+  if (status >= 200 && status < 300) {
+    return PublishResult::ok();
+  }
+  std::string reason = "HTTP " + std::to_string(status);
+  if (!body.empty()) {
+    reason += ": " + body;
+  }
+  if (status == 408 || status == 429 || status >= 500) {
+    return PublishResult::retriable(std::move(reason));
+  }
+  return PublishResult::permanent(std::move(reason));
+}
+
+PublishResult classify_curl(CURLcode code, const char* detail) {
+  std::string reason = std::string("http: ") + curl_easy_strerror(code);
+  if (detail[0] != '\0') {
+    reason += std::string(" (") + detail + ")";
+  }
+  // Transport errors are retried; only a URL that can never work is permanent (schemes are
+  // checked before sending, since curl also reports garbled responses as unsupported protocol).
+  return code == CURLE_URL_MALFORMAT ? PublishResult::permanent(std::move(reason))
+                                     : PublishResult::retriable(std::move(reason));
+}
+
+}  // namespace
+
+std::string hmac_sha256_hex(std::string_view secret, std::string_view body) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(body.data()), body.size(), digest, &length);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < length; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 0xf]);
+  }
+  return out;
+}
+
+struct HttpPublisher::Impl {
+  Options options;
+  std::mutex idle_mutex;  // guards idle
+  std::vector<CURL*> idle;
+
+  ~Impl() {
+    for (CURL* h : idle) {
+      curl_easy_cleanup(h);
+    }
+  }
+
+  CURL* take() {
+    {
+      std::lock_guard lock(idle_mutex);
+      if (!idle.empty()) {
+        CURL* h = idle.back();
+        idle.pop_back();
+        curl_easy_reset(h);  // keeps its live connections for reuse
+        return h;
+      }
+    }
+    return curl_easy_init();
+  }
+  void give_back(CURL* h) {
+    std::lock_guard lock(idle_mutex);
+    idle.push_back(h);
+  }
+
+  PublishResult post(const std::string& url, const std::string& body, const char* content_type,
+                     const std::vector<std::pair<std::string, std::string>>& extra) {
+    if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
+      return PublishResult::permanent("http: target '" + url +
+                                      "' does not start with http:// or https://");
+    }
+    CURL* h = take();
+    if (h == nullptr) {
+      return PublishResult::retriable("http: curl_easy_init failed");
+    }
+    SList headers;
+    headers.add(std::string("Content-Type: ") + content_type);
+    headers.add("Expect:");  // no 100-continue round trip on large bodies
+    if (!options.bearer_token.empty()) {
+      headers.add("Authorization: Bearer " + options.bearer_token);
+    }
+    if (!options.hmac_secret.empty()) {
+      headers.add(options.signature_header + ": sha256=" +
+                  hmac_sha256_hex(options.hmac_secret, body));
+    }
+    for (const auto& [name, value] : options.headers) {
+      headers.add(name + ": " + value);
+    }
+    for (const auto& [name, value] : extra) {
+      headers.add(name + ": " + value);
+    }
+    std::string response;
+    char error[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(h, CURLOPT_URL, url.c_str());
+    curl_easy_setopt(h, CURLOPT_POST, 1L);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data());
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.list);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(options.request_timeout.count()));
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &response);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "outbox-relay");
+    const CURLcode code = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
+    give_back(h);
+    if (code != CURLE_OK) {
+      return classify_curl(code, error);
+    }
+    return classify_status(status, response);
+  }
+
+  PublishResult post_one(const PublishRequest& request) {
+    const EventEnvelope& e = *request.event;
+    std::vector<std::pair<std::string, std::string>> extra = {
+        {"X-Outbox-Event-Id", e.event_id()},
+        {"X-Outbox-Event-Type", e.event_type()},
+        {"X-Outbox-Aggregate-Type", e.aggregate_type()},
+        {"X-Outbox-Occurred-At", format_rfc3339(e.occurred_at())}};
+    if (e.aggregate_id()) {
+      extra.emplace_back("X-Outbox-Aggregate-Id", *e.aggregate_id());
+    }
+    if (e.tenant_id()) {
+      extra.emplace_back("X-Outbox-Tenant-Id", *e.tenant_id());
+    }
+    for (const auto& [name, value] : e.headers()) {
+      extra.emplace_back(name, value);
+    }
+    for (const auto& [name, value] : extra) {
+      if (!valid_header(name, value)) {
+        return PublishResult::permanent("http: header '" + name +
+                                        "' is not a valid HTTP header name or value");
+      }
+    }
+    if (e.has_json_payload()) {
+      return post(request.target, std::string(e.payload_json()), "application/json", extra);
+    }
+    const auto bytes = e.payload_bytes();
+    return post(request.target, std::string(bytes.begin(), bytes.end()), "application/octet-stream",
+                extra);
+  }
+
+  std::vector<PublishResult> post_batches(std::span<const PublishRequest> batch) {
+    std::vector<PublishResult> results(batch.size());
+    std::map<std::string_view, std::vector<std::size_t>> by_target;
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      by_target[batch[i].target].push_back(i);
+    }
+    for (const auto& [target, indexes] : by_target) {
+      for (std::size_t start = 0; start < indexes.size(); start += options.max_batch) {
+        const std::size_t end = std::min(indexes.size(), start + options.max_batch);
+        std::string body = "[";
+        std::vector<std::size_t> included;
+        for (std::size_t k = start; k < end; ++k) {
+          const std::size_t i = indexes[k];
+          try {
+            std::string item = to_json_object(*batch[i].event);
+            if (!included.empty()) {
+              body.push_back(',');
+            }
+            body += item;
+            included.push_back(i);
+          } catch (const std::exception& ex) {
+            results[i] = PublishResult::permanent(std::string("http: ") + ex.what());
+          }
+        }
+        body.push_back(']');
+        if (included.empty()) {
+          continue;
+        }
+        const PublishResult shared = post(std::string(target), body, "application/json", {});
+        for (std::size_t i : included) {
+          results[i] = shared;
+        }
+      }
+    }
+    return results;
+  }
+};
+
+HttpPublisher::HttpPublisher(Options options) : impl_(std::make_unique<Impl>()) {
+  static CurlGlobal global;
+  if (options.max_batch == 0) {
+    throw std::invalid_argument("HttpPublisher: max_batch must be >= 1");
+  }
+  if (options.connect_timeout.count() <= 0 || options.request_timeout.count() <= 0) {
+    throw std::invalid_argument("HttpPublisher: connect_timeout and request_timeout must be > 0");
+  }
+  if (!valid_header(options.signature_header, "")) {
+    throw std::invalid_argument("HttpPublisher: signature_header is not a valid header name");
+  }
+  for (const auto& [name, value] : options.headers) {
+    if (!valid_header(name, value)) {
+      throw std::invalid_argument("HttpPublisher: headers: '" + name + "' is not a valid header");
+    }
+  }
+  if (!valid_header("Authorization", options.bearer_token)) {
+    throw std::invalid_argument("HttpPublisher: bearer_token contains a line break");
+  }
+  impl_->options = std::move(options);
+}
+
+HttpPublisher::~HttpPublisher() = default;
+
+std::vector<PublishResult> HttpPublisher::publish(std::span<const PublishRequest> batch) {
+  if (impl_->options.mode == Mode::Batch) {
+    return impl_->post_batches(batch);
+  }
+  std::vector<PublishResult> results;
+  results.reserve(batch.size());
+  for (const auto& request : batch) {
+    results.push_back(impl_->post_one(request));
+  }
+  return results;
+}
+
+}  // namespace outbox::http

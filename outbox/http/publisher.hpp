@@ -1,0 +1,54 @@
+#pragma once
+// HTTP publisher (libcurl): one POST per event (webhook) or a JSON array per batch (batch API).
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "outbox/publisher.hpp"
+
+namespace outbox::http {
+
+/// Posts events to the request's target URL. Thread-safe; connections are kept alive and reused.
+///
+/// Webhook mode: the body is the payload (application/json, or application/octet-stream for
+/// binary payloads); the event's metadata travels in X-Outbox-* headers (Event-Id, Event-Type,
+/// Aggregate-Type, Aggregate-Id, Tenant-Id, Occurred-At) and the envelope's headers as is.
+/// Batch mode: the body is a JSON array of objects {event_id, event_type, aggregate_type,
+/// aggregate_id, tenant_id, occurred_at, headers, payload | payload_base64}, at most max_batch per
+/// request; every event of a request shares its outcome.
+/// Outcome: 2xx Ok; 408, 429, 5xx, timeouts and connection errors Retriable; any other status
+/// Permanent, with "HTTP <status>: <start of the response body>" as the reason.
+class HttpPublisher final : public Publisher {
+ public:
+  enum class Mode { Webhook, Batch };
+  struct Options {
+    Mode mode = Mode::Webhook;
+    std::size_t max_batch = 100;                       ///< batch mode: events per request; >= 1
+    std::string bearer_token;                          ///< sent as Authorization when not empty
+    std::chrono::milliseconds connect_timeout{2000};   ///< > 0
+    std::chrono::milliseconds request_timeout{10000};  ///< whole request; > 0
+    /// When not empty, signature_header carries "sha256=" + hex HMAC-SHA256(body, hmac_secret).
+    std::string hmac_secret;
+    std::string signature_header = "X-Outbox-Signature";
+    std::map<std::string, std::string> headers;  ///< extra headers on every request
+  };
+
+  /// Throws std::invalid_argument naming a bad field.
+  explicit HttpPublisher(Options options);
+  ~HttpPublisher() override;
+  HttpPublisher(const HttpPublisher&) = delete;
+  HttpPublisher& operator=(const HttpPublisher&) = delete;
+
+  std::vector<PublishResult> publish(std::span<const PublishRequest> batch) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Hex HMAC-SHA256 of `body` under `secret` (what the signature header carries after "sha256=").
+std::string hmac_sha256_hex(std::string_view secret, std::string_view body);
+
+}  // namespace outbox::http

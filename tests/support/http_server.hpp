@@ -1,0 +1,87 @@
+#pragma once
+// A real HTTP server on loopback (cpp-httplib) that records what it receives.
+
+#include <httplib.h>
+
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace outbox::testing {
+
+/// One request as received.
+struct ReceivedRequest {
+  std::string method, path, body;
+  httplib::Headers headers;
+  std::string header(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? std::string() : it->second;
+  }
+};
+
+/// Listens on 127.0.0.1 (free port) in its own thread until destroyed. The responder decides each
+/// reply (default: 200 "ok"); every request is recorded first.
+class HttpTestServer {
+ public:
+  using Responder = std::function<void(const ReceivedRequest&, httplib::Response&)>;
+
+  HttpTestServer() {
+    auto handler = [this](const httplib::Request& req, httplib::Response& res) {
+      ReceivedRequest r{req.method, req.path, req.body, req.headers};
+      Responder responder;
+      {
+        std::lock_guard lock(mutex_);
+        received_.push_back(r);
+        responder = responder_;
+      }
+      if (responder) {
+        responder(r, res);
+      } else {
+        res.set_content("ok", "text/plain");
+      }
+    };
+    server_.Post(".*", handler);
+    server_.Get(".*", handler);
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    if (port_ <= 0) {
+      throw std::runtime_error("HttpTestServer: cannot bind");
+    }
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // bind_to_any_port already listens: connections queue until the accept loop runs.
+  }
+  ~HttpTestServer() {
+    server_.stop();
+    thread_.join();
+  }
+  HttpTestServer(const HttpTestServer&) = delete;
+  HttpTestServer& operator=(const HttpTestServer&) = delete;
+
+  std::string url(const std::string& path = "/") const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
+  void respond(Responder responder) {
+    std::lock_guard lock(mutex_);
+    responder_ = std::move(responder);
+  }
+  std::vector<ReceivedRequest> received() const {
+    std::lock_guard lock(mutex_);
+    return received_;
+  }
+  std::size_t count() const {
+    std::lock_guard lock(mutex_);
+    return received_.size();
+  }
+
+ private:
+  httplib::Server server_;
+  int port_ = 0;
+  std::thread thread_;
+  mutable std::mutex mutex_;  // guards received_ and responder_
+  std::vector<ReceivedRequest> received_;
+  Responder responder_;
+};
+
+}  // namespace outbox::testing
