@@ -1,0 +1,129 @@
+#include "outbox/prometheus/metrics.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <map>
+#include <mutex>
+
+namespace outbox::prometheus {
+namespace {
+
+namespace pm = ::prometheus;
+
+pm::Counter& counter(pm::Registry& registry, const std::string& name, const std::string& help) {
+  return pm::BuildCounter().Name(name).Help(help).Register(registry).Add({});
+}
+
+}  // namespace
+
+struct PrometheusMetrics::Impl {
+  struct PublisherSeries {
+    pm::Counter* ok;
+    pm::Counter* retriable;
+    pm::Counter* permanent;
+    pm::Histogram* duration;
+  };
+
+  std::shared_ptr<pm::Registry> registry = std::make_shared<pm::Registry>();
+  pm::Counter& hot_enqueued =
+      counter(*registry, "outbox_hot_enqueued_total", "Events queued by the after-commit hot path");
+  pm::Counter& hot_dropped = counter(*registry, "outbox_hot_dropped_total",
+                                     "Hot-path events refused by a full queue (left to the poller)");
+  pm::Counter& cold_enqueued =
+      counter(*registry, "outbox_cold_enqueued_total", "Events queued by the poller");
+  pm::Counter& success =
+      counter(*registry, "outbox_dispatch_success_total", "Events delivered and marked DONE");
+  pm::Counter& failure =
+      counter(*registry, "outbox_dispatch_failure_total", "Failed deliveries scheduled for retry");
+  pm::Counter& dead = counter(*registry, "outbox_dispatch_dead_total", "Events marked DEAD");
+  pm::Counter& status_update_failure =
+      counter(*registry, "outbox_status_update_failure_total",
+              "DONE/RETRY/DEAD updates that could not be written");
+  pm::Family<pm::Gauge>& depth = pm::BuildGauge()
+                                     .Name("outbox_queue_depth")
+                                     .Help("Events waiting in the dispatcher's queues")
+                                     .Register(*registry);
+  pm::Gauge& hot_depth = depth.Add({{"queue", "hot"}});
+  pm::Gauge& cold_depth = depth.Add({{"queue", "cold"}});
+  pm::Gauge& oldest = pm::BuildGauge()
+                          .Name("outbox_oldest_pending_age_seconds")
+                          .Help("Age of the oldest pending event seen by the last poll")
+                          .Register(*registry)
+                          .Add({});
+  pm::Family<pm::Counter>& published = pm::BuildCounter()
+                                           .Name("outbox_publish_total")
+                                           .Help("Publications by publisher and result")
+                                           .Register(*registry);
+  pm::Family<pm::Histogram>& duration = pm::BuildHistogram()
+                                            .Name("outbox_publish_duration_seconds")
+                                            .Help("Time from publish call to broker/endpoint answer")
+                                            .Register(*registry);
+
+  std::mutex series_mutex;  // guards series
+  std::map<std::string, PublisherSeries, std::less<>> series;
+
+  PublisherSeries& series_for(std::string_view publisher) {
+    std::lock_guard lock(series_mutex);
+    auto it = series.find(publisher);
+    if (it == series.end()) {
+      const std::string name(publisher);
+      static const pm::Histogram::BucketBoundaries kBuckets = {
+          0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
+      it = series
+               .emplace(name, PublisherSeries{
+                                  &published.Add({{"publisher", name}, {"result", "ok"}}),
+                                  &published.Add({{"publisher", name}, {"result", "retriable"}}),
+                                  &published.Add({{"publisher", name}, {"result", "permanent"}}),
+                                  &duration.Add({{"publisher", name}}, kBuckets)})
+               .first;
+    }
+    return it->second;
+  }
+};
+
+PrometheusMetrics::PrometheusMetrics() : impl_(std::make_unique<Impl>()) {}
+PrometheusMetrics::~PrometheusMetrics() = default;
+
+void PrometheusMetrics::increment_hot_enqueued() { impl_->hot_enqueued.Increment(); }
+void PrometheusMetrics::increment_hot_dropped() { impl_->hot_dropped.Increment(); }
+void PrometheusMetrics::increment_cold_enqueued() { impl_->cold_enqueued.Increment(); }
+void PrometheusMetrics::increment_dispatch_success() { impl_->success.Increment(); }
+void PrometheusMetrics::increment_dispatch_failure() { impl_->failure.Increment(); }
+void PrometheusMetrics::increment_dispatch_dead() { impl_->dead.Increment(); }
+void PrometheusMetrics::increment_status_update_failure() {
+  impl_->status_update_failure.Increment();
+}
+void PrometheusMetrics::record_queue_depths(int hot, int cold) {
+  impl_->hot_depth.Set(hot);
+  impl_->cold_depth.Set(cold);
+}
+void PrometheusMetrics::record_oldest_lag_ms(std::int64_t lag_ms) {
+  impl_->oldest.Set(static_cast<double>(lag_ms) / 1000.0);
+}
+
+void PrometheusMetrics::record_publish(std::string_view publisher, PublishResult::Kind result,
+                                       std::chrono::nanoseconds elapsed) {
+  auto& s = impl_->series_for(publisher);
+  switch (result) {
+    case PublishResult::Kind::Ok:
+      s.ok->Increment();
+      break;
+    case PublishResult::Kind::Retriable:
+      s.retriable->Increment();
+      break;
+    case PublishResult::Kind::Permanent:
+      s.permanent->Increment();
+      break;
+  }
+  s.duration->Observe(std::chrono::duration<double>(elapsed).count());
+}
+
+std::string PrometheusMetrics::serialize() const {
+  return pm::TextSerializer().Serialize(impl_->registry->Collect());
+}
+
+}  // namespace outbox::prometheus

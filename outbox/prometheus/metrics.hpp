@@ -1,0 +1,47 @@
+#pragma once
+// MetricsExporter for Prometheus (prometheus-cpp): spec §15 counters and gauges, publisher results
+// and publish latency, rendered in the text exposition format.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "outbox/metrics.hpp"
+#include "outbox/publisher.hpp"
+
+namespace outbox::prometheus {
+
+/// Metric names: outbox_{hot_enqueued,hot_dropped,cold_enqueued,dispatch_success,
+/// dispatch_failure,dispatch_dead,status_update_failure}_total, outbox_queue_depth{queue},
+/// outbox_oldest_pending_age_seconds, outbox_publish_total{publisher,result},
+/// outbox_publish_duration_seconds{publisher} (histogram). Thread-safe.
+class PrometheusMetrics final : public MetricsExporter {
+ public:
+  PrometheusMetrics();
+  ~PrometheusMetrics() override;
+  PrometheusMetrics(const PrometheusMetrics&) = delete;
+  PrometheusMetrics& operator=(const PrometheusMetrics&) = delete;
+
+  void increment_hot_enqueued() override;
+  void increment_hot_dropped() override;
+  void increment_cold_enqueued() override;
+  void increment_dispatch_success() override;
+  void increment_dispatch_failure() override;
+  void increment_dispatch_dead() override;
+  void increment_status_update_failure() override;
+  void record_queue_depths(int hot, int cold) override;
+  void record_oldest_lag_ms(std::int64_t lag_ms) override;
+
+  /// Counts one publication by `publisher` and its latency.
+  void record_publish(std::string_view publisher, PublishResult::Kind result,
+                      std::chrono::nanoseconds elapsed);
+  /// Every metric in the Prometheus text format (version 0.0.4).
+  std::string serialize() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace outbox::prometheus
