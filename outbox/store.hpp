@@ -112,6 +112,11 @@ class OutboxStore {
   virtual std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) = 0;
   /// Rows per status (NEW, DONE, RETRY, DEAD in that order).
   virtual std::vector<std::int64_t> count_by_status(sql::Connection& conn) = 0;
+  /// DEAD rows per event type, most first.
+  virtual std::vector<std::pair<std::string, std::int64_t>> count_dead_by_type(
+      sql::Connection& conn) = 0;
+  /// created_at of the oldest NEW/RETRY row (due or not), or nullopt when none is pending.
+  virtual std::optional<Timestamp> oldest_pending(sql::Connection& conn) = 0;
 };
 
 /// Decodes a row into the envelope the listeners receive, with headers parsed by `codec`.

@@ -258,6 +258,28 @@ TEST_P(StoreContract, MarkDoneBatch) {
   EXPECT_EQ(store().mark_done_batch(conn(), {}, t0), 0);
 }
 
+TEST_P(StoreContract, StatusReportOldestPendingAndDeadByType) {
+  EXPECT_EQ(store().oldest_pending(conn()), std::nullopt);
+  EXPECT_TRUE(store().count_dead_by_type(conn()).empty());
+  insert("a", t0 + 5s);
+  insert("b", t0 + 1s);
+  insert("c", t0 + 3s);
+  store().insert_new(conn(), EventEnvelope::builder(EventType::of("Other"))
+                                 .event_id("o")
+                                 .occurred_at(t0)
+                                 .payload_json("{}")
+                                 .build());
+  store().mark_done(conn(), "b", t0 + 6s);
+  store().mark_dead(conn(), "a", "x");
+  store().mark_dead(conn(), "o", "x");
+  store().mark_retry(conn(), "c", t0 + 6s, 1h, "later");  // RETRY, not yet due: still pending
+  EXPECT_EQ(store().oldest_pending(conn()), t0 + 3s);
+  auto dead = store().count_dead_by_type(conn());
+  ASSERT_EQ(dead.size(), 2u);
+  EXPECT_EQ(dead[0], (std::pair<std::string, std::int64_t>("OrderPlaced", 1)));
+  EXPECT_EQ(dead[1], (std::pair<std::string, std::int64_t>("Other", 1)));
+}
+
 TEST_P(StoreContract, RetryCountsAttemptsAndTruncatesErrors) {
   insert("a", t0);
   const std::string long_error(5000, 'e');

@@ -53,6 +53,25 @@ std::vector<std::int64_t> count_by_status(sql::Connection& conn, const std::stri
   return counts;
 }
 
+std::vector<std::pair<std::string, std::int64_t>> count_dead_by_type(sql::Connection& conn,
+                                                                     const std::string& table) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const auto& r : conn.query("SELECT event_type, COUNT(*) FROM " + table +
+                                      " WHERE status = 3 GROUP BY event_type ORDER BY 2 DESC, 1",
+                                  std::span<const sql::Value>())) {
+    out.emplace_back(r.get_text(0), r.get_int(1));
+  }
+  return out;
+}
+
+std::optional<Timestamp> optional_micros(sql::Connection& conn, const std::string& sql) {
+  const auto rows = conn.query(sql, std::span<const sql::Value>());
+  if (rows.empty() || rows[0].is_null(0)) {
+    return std::nullopt;
+  }
+  return from_micros(rows[0].get_int(0));
+}
+
 std::string question_marks(std::size_t n) {
   std::string s;
   s.reserve(n * 2);

@@ -23,4 +23,11 @@ std::vector<std::int64_t> count_by_status(sql::Connection& conn, const std::stri
 /// "?,?,?" (n marks) for IN lists of engines with `?` parameters.
 std::string question_marks(std::size_t n);
 
+/// DEAD rows per event type, most first (portable SQL).
+std::vector<std::pair<std::string, std::int64_t>> count_dead_by_type(sql::Connection& conn,
+                                                                     const std::string& table);
+
+/// Runs `sql` (one row, one nullable BIGINT column of microseconds) and converts it.
+std::optional<Timestamp> optional_micros(sql::Connection& conn, const std::string& sql);
+
 }  // namespace outbox::internal

@@ -368,6 +368,16 @@ std::vector<std::int64_t> MySqlOutboxStore::count_by_status(sql::Connection& con
   return internal::count_by_status(conn, options_.table);
 }
 
+std::vector<std::pair<std::string, std::int64_t>> MySqlOutboxStore::count_dead_by_type(
+    sql::Connection& conn) {
+  return internal::count_dead_by_type(conn, options_.table);
+}
+
+std::optional<Timestamp> MySqlOutboxStore::oldest_pending(sql::Connection& conn) {
+  return internal::optional_micros(conn, std::string("SELECT ") + micros("MIN(pending_at)") + " FROM " + options_.table +
+                                             "");
+}
+
 MySqlEventPurger::MySqlEventPurger(std::string table) : table_(std::move(table)) {
   validate_table_name(table_);
 }

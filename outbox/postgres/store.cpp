@@ -323,6 +323,16 @@ std::vector<std::int64_t> PostgresOutboxStore::count_by_status(sql::Connection& 
   return internal::count_by_status(conn, options_.table);
 }
 
+std::vector<std::pair<std::string, std::int64_t>> PostgresOutboxStore::count_dead_by_type(
+    sql::Connection& conn) {
+  return internal::count_dead_by_type(conn, options_.table);
+}
+
+std::optional<Timestamp> PostgresOutboxStore::oldest_pending(sql::Connection& conn) {
+  return internal::optional_micros(conn, std::string("SELECT ") + micros("MIN(created_at)") + " FROM " + options_.table +
+                                             " WHERE status IN (0, 2)");
+}
+
 PostgresEventPurger::PostgresEventPurger(std::string table) : table_(std::move(table)) {
   validate_table_name(table_);
 }

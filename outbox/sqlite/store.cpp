@@ -249,6 +249,16 @@ std::vector<std::int64_t> SqliteOutboxStore::count_by_status(sql::Connection& co
   return internal::count_by_status(conn, table_);
 }
 
+std::vector<std::pair<std::string, std::int64_t>> SqliteOutboxStore::count_dead_by_type(
+    sql::Connection& conn) {
+  return internal::count_dead_by_type(conn, table_);
+}
+
+std::optional<Timestamp> SqliteOutboxStore::oldest_pending(sql::Connection& conn) {
+  return internal::optional_micros(conn, std::string("SELECT ") + "MIN(created_at)" + " FROM " + table_ +
+                                             " WHERE status IN (0, 2)");
+}
+
 SqliteEventPurger::SqliteEventPurger(std::string table) : table_(std::move(table)) {
   validate_table_name(table_);
 }
