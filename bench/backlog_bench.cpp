@@ -26,16 +26,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-std::unique_ptr<outbox::sql::Connection> open(const std::string& url) {
-  if (url.rfind("sqlite://", 0) == 0) {
-    return outbox::sqlite::open(url.substr(std::string("sqlite://").size()));
-  }
-  if (url.rfind("mysql://", 0) == 0 || url.rfind("mariadb://", 0) == 0) {
-    return outbox::mysql::connect(url);
-  }
-  return outbox::postgres::connect(url);
-}
-
 void prefill(outbox::sql::Connection& conn, const std::string& t, long pending, long done) {
   const auto d = conn.dialect();
   const std::string cols =
@@ -116,7 +106,8 @@ int run(int argc, char** argv) {
   const long pending = argc > 2 ? std::atol(argv[2]) : 1000000;
   const long done = argc > 3 ? std::atol(argv[3]) : 1000000;
   const int rounds = argc > 4 ? std::atoi(argv[4]) : 200;
-  auto conn = open(url);
+  auto pool = outbox::open_pool(url, 1);
+  auto conn = pool->acquire();
   const std::string table = "backlog_bench_" + std::to_string(getpid());
   outbox::create_schema_for(*conn, table);
   auto store = outbox::detect_store(*conn, table);

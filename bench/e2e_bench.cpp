@@ -109,16 +109,6 @@ Config parse(int argc, char** argv) {
   return c;
 }
 
-std::shared_ptr<outbox::sql::ConnectionPool> make_pool(const std::string& url, std::size_t n) {
-  if (url.rfind("sqlite://", 0) == 0) {
-    return outbox::sqlite::make_pool(url.substr(9), n);
-  }
-  if (url.rfind("mysql://", 0) == 0 || url.rfind("mariadb://", 0) == 0) {
-    return outbox::mysql::make_pool(url, n);
-  }
-  return outbox::postgres::make_pool(url, n);
-}
-
 // Parameter marker n (1-based) in the connection's dialect.
 std::string mark(const outbox::sql::Connection& c, int n) {
   return c.dialect() == "postgres" ? "$" + std::to_string(n) : "?";
@@ -501,7 +491,7 @@ int main(int argc, char** argv) {
   outbox::set_log_level(outbox::LogLevel::Error);
   try {
     Bench b{parse(argc, argv)};
-    b.pool = make_pool(b.cfg.db, static_cast<std::size_t>(b.cfg.writers + b.cfg.workers + 4));
+    b.pool = outbox::open_pool(b.cfg.db, static_cast<std::size_t>(b.cfg.writers + b.cfg.workers + 4));
     return b.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "outbox-bench: %s\n", e.what());

@@ -162,6 +162,24 @@ TEST_P(ServerEngine, SkewedNodeClocksNeitherStealLiveLocksNorSkipDueRows) {
       [&] { return store->claim_pending(*conn_, "node-b", behind, 1ms, 0us, 10).size() == 1; }));
 }
 
+TEST_P(ServerEngine, MigrateByUrlIsVersionedAndIdempotent) {
+  std::string url = url_;
+  if (!mysql()) {  // the libpq key=value form and the URI form both open
+    ASSERT_NE(url.find('='), std::string::npos);
+  }
+  auto pool = open_pool(url, 2);
+  auto conn = pool->acquire();
+  auto first = migrate(*conn, table_);
+  EXPECT_EQ(first.from, 0);
+  EXPECT_EQ(first.to, kSchemaVersion);
+  auto again = migrate(*conn, table_);
+  EXPECT_EQ(again.from, kSchemaVersion);
+  auto store = detect_store(*conn, table_);
+  store->insert_new(*conn, EventEnvelope::of_json(EventType::of("M"), "{}"));
+  EXPECT_EQ(store->count_by_status(*conn)[0], 1);
+  conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table_ + "'");
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, ServerEngine,
                          ::testing::Values(Engine{"postgres", "OUTBOX_TEST_PG_URL"},
                                            Engine{"mysql", "OUTBOX_TEST_MYSQL_URL"}),
@@ -233,6 +251,19 @@ TEST(Detection, SqliteAndUnknownDialects) {
   EXPECT_THROW(detect_store(other), std::invalid_argument);
   EXPECT_THROW(detect_purger(other), std::invalid_argument);
   EXPECT_THROW(create_schema_for(other), std::invalid_argument);
+}
+
+TEST(Detection, OpenPoolByUrlAndMigrateSqlite) {
+  testing::TempDir dir;
+  auto pool = open_pool("sqlite://" + dir.file("m.db"), 2);
+  auto conn = pool->acquire();
+  EXPECT_EQ(migrate(*conn).from, 0);
+  EXPECT_EQ(migrate(*conn).from, 1);
+  conn->execute("UPDATE outbox_schema_version SET version = 99");
+  EXPECT_THROW(migrate(*conn), std::invalid_argument);
+  EXPECT_THROW(migrate(*conn, "bad name"), std::invalid_argument);
+  EXPECT_THROW(open_pool("oracle://x"), std::invalid_argument);
+  EXPECT_THROW(open_pool("sqlite://"), std::invalid_argument);
 }
 
 }  // namespace

@@ -3,14 +3,18 @@
 #include <stdexcept>
 
 #include "outbox/sql/connection.hpp"
+#include "outbox/store.hpp"
 
 #ifdef OUTBOX_HAVE_SQLITE
+#include "outbox/sqlite/driver.hpp"
 #include "outbox/sqlite/store.hpp"
 #endif
 #ifdef OUTBOX_HAVE_POSTGRES
+#include "outbox/postgres/driver.hpp"
 #include "outbox/postgres/store.hpp"
 #endif
 #ifdef OUTBOX_HAVE_MYSQL
+#include "outbox/mysql/driver.hpp"
 #include "outbox/mysql/store.hpp"
 #endif
 
@@ -85,6 +89,72 @@ void create_schema_for(sql::Connection& conn, const std::string& table) {
   }
 #endif
   unsupported(dialect);
+}
+
+std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size_t max_size) {
+  auto starts = [&](std::string_view prefix) { return url.rfind(prefix, 0) == 0; };
+  if (starts("sqlite://")) {
+#ifdef OUTBOX_HAVE_SQLITE
+    const std::string path = url.substr(9);
+    if (path.empty()) {
+      throw std::invalid_argument("database URL '" + url + "' has no file path");
+    }
+    return sqlite::make_pool(path, max_size);
+#else
+    unsupported("sqlite");
+#endif
+  }
+  if (starts("postgresql://") || starts("postgres://") ||
+      (url.find('=') != std::string::npos && url.find("://") == std::string::npos)) {
+#ifdef OUTBOX_HAVE_POSTGRES
+    return postgres::make_pool(url, max_size);
+#else
+    unsupported("postgres");
+#endif
+  }
+  if (starts("mysql://") || starts("mariadb://")) {
+#ifdef OUTBOX_HAVE_MYSQL
+    return mysql::make_pool(url, max_size);
+#else
+    unsupported("mysql");
+#endif
+  }
+  throw std::invalid_argument("unsupported database URL '" + url.substr(0, url.find(':')) +
+                              ":…': use sqlite:///path.db, postgresql://… or mysql://…");
+}
+
+MigrationResult migrate(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  const std::span<const sql::Value> none;
+  conn.execute(
+      "CREATE TABLE IF NOT EXISTS outbox_schema_version (table_name VARCHAR(63) PRIMARY KEY, "
+      "version INTEGER NOT NULL)",
+      none);
+  // Table names are validated identifiers, so they can be inlined as literals.
+  const auto rows = conn.query(
+      "SELECT version FROM outbox_schema_version WHERE table_name = '" + table + "'", none);
+  MigrationResult result;
+  result.from = rows.empty() ? 0 : static_cast<int>(rows[0].get_int(0));
+  if (result.from > kSchemaVersion) {
+    throw std::invalid_argument("table " + table + " is at schema version " +
+                                std::to_string(result.from) + ", newer than this build (" +
+                                std::to_string(kSchemaVersion) + ")");
+  }
+  // Version 1: the table and its indexes. Later versions add a step here each.
+  if (result.from < 1) {
+    create_schema_for(conn, table);
+  }
+  if (result.from == 0) {
+    conn.execute("INSERT INTO outbox_schema_version (table_name, version) VALUES ('" + table +
+                     "', " + std::to_string(kSchemaVersion) + ")",
+                 none);
+  } else if (result.from < kSchemaVersion) {
+    conn.execute("UPDATE outbox_schema_version SET version = " + std::to_string(kSchemaVersion) +
+                     " WHERE table_name = '" + table + "'",
+                 none);
+  }
+  result.to = kSchemaVersion;
+  return result;
 }
 
 }  // namespace outbox

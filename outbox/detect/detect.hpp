@@ -5,6 +5,7 @@
 #include <string>
 
 #include "outbox/json_codec.hpp"
+#include "outbox/sql/pool.hpp"
 #include "outbox/purge.hpp"
 #include "outbox/store.hpp"
 
@@ -24,5 +25,26 @@ std::shared_ptr<EventPurger> detect_purger(sql::Connection& conn,
 /// Creates the outbox table and indexes for `conn`'s dialect (idempotent). Throws like
 /// detect_store, and outbox::StoreError.
 void create_schema_for(sql::Connection& conn, const std::string& table = "outbox_event");
+
+/// Opens a connection pool for a database URL: `sqlite:///path/to.db`, `postgresql://…` /
+/// `postgres://…` (or a libpq "key=value" string; password from PGPASSWORD), `mysql://…` /
+/// `mariadb://…` (password from OUTBOX_DB_PASSWORD when the URL has none). Throws
+/// std::invalid_argument for an unknown scheme or an engine not in this build, outbox::StoreError
+/// when the first connection fails.
+std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size_t max_size = 8);
+
+/// The schema version this build creates.
+inline constexpr int kSchemaVersion = 1;
+
+/// Versions before and after a migrate() call.
+struct MigrationResult {
+  int from = 0;  ///< 0: the table had no recorded version
+  int to = 0;
+};
+
+/// Creates or upgrades `table` to kSchemaVersion, recording the version per table in
+/// `outbox_schema_version`. Idempotent. Throws std::invalid_argument for a bad table name or a
+/// database newer than this build, outbox::StoreError on database errors.
+MigrationResult migrate(sql::Connection& conn, const std::string& table = "outbox_event");
 
 }  // namespace outbox
