@@ -1,0 +1,42 @@
+#pragma once
+// The relay's admin HTTP server (cpp-httplib); routes are described on Relay.
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace outbox::relay {
+
+/// What the admin endpoints call; each may throw (answered 500 with the message, 503 for ready).
+struct AdminHandlers {
+  std::function<void()> check_ready;            ///< throws when the database is unreachable
+  std::function<std::string()> metrics;         ///< Prometheus text
+  std::function<std::string()> status_json;     ///< StatusReport as JSON
+  std::function<std::string(std::optional<std::string> type, std::optional<std::string> aggregate,
+                            int limit)>
+      dead_json;                                ///< DEAD rows as JSON
+  std::function<bool(const std::string& id)> replay;  ///< false: no DEAD row with that id
+};
+
+/// Serves the endpoints on its own threads from start() to stop(). Thread-safe.
+class AdminServer {
+ public:
+  /// Binds host:port (0 = any free port). Throws std::runtime_error when it cannot.
+  AdminServer(const std::string& host, int port, std::string token, AdminHandlers handlers);
+  ~AdminServer();
+  AdminServer(const AdminServer&) = delete;
+  AdminServer& operator=(const AdminServer&) = delete;
+
+  void start();
+  /// Idempotent.
+  void stop();
+  int port() const noexcept { return port_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace outbox::relay

@@ -1,0 +1,350 @@
+#include "outbox/relay/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "outbox/relay/router.hpp"
+
+namespace outbox::relay {
+namespace {
+
+std::string place(const std::string& source, const toml::source_region& where) {
+  return source + ":" + std::to_string(where.begin.line) + ":" +
+         std::to_string(where.begin.column) + ": ";
+}
+
+// Reads one TOML table, remembering which keys were used so leftovers (typos) can be reported.
+class TableReader {
+ public:
+  TableReader(const toml::table& table, std::string name, const std::string& source)
+      : table_(table), name_(std::move(name)), source_(source) {}
+
+  [[noreturn]] void fail(const toml::node& node, const std::string& message) const {
+    throw ConfigError(place(source_, node.source()) + message);
+  }
+  [[noreturn]] void fail(const std::string& message) const { fail(table_, message); }
+
+  const toml::node* get(const std::string& key) {
+    used_.insert(key);
+    return table_.get(key);
+  }
+  std::string key_name(const std::string& key) const {
+    return name_.empty() ? key : name_ + "." + key;
+  }
+
+  std::optional<std::string> string(const std::string& key) {
+    const toml::node* node = get(key);
+    if (node == nullptr) {
+      return std::nullopt;
+    }
+    if (!node->is_string()) {
+      fail(*node, key_name(key) + " must be a string");
+    }
+    return expand(*node, **node->as_string());
+  }
+  void string(const std::string& key, std::string& out) {
+    if (auto v = string(key)) {
+      out = *v;
+    }
+  }
+  template <typename Int>
+  void integer(const std::string& key, Int& out, std::int64_t min, std::int64_t max) {
+    const toml::node* node = get(key);
+    if (node == nullptr) {
+      return;
+    }
+    if (!node->is_integer()) {
+      fail(*node, key_name(key) + " must be an integer");
+    }
+    const std::int64_t v = **node->as_integer();
+    if (v < min || v > max) {
+      fail(*node, key_name(key) + " must be between " + std::to_string(min) + " and " +
+                      std::to_string(max));
+    }
+    out = static_cast<Int>(v);
+  }
+  void boolean(const std::string& key, bool& out) {
+    const toml::node* node = get(key);
+    if (node == nullptr) {
+      return;
+    }
+    if (!node->is_boolean()) {
+      fail(*node, key_name(key) + " must be true or false");
+    }
+    out = **node->as_boolean();
+  }
+  void duration(const std::string& key, std::chrono::milliseconds& out, bool allow_zero = false) {
+    const toml::node* node = get(key);
+    if (node == nullptr) {
+      return;
+    }
+    if (!node->is_string()) {
+      fail(*node, key_name(key) + " must be a duration string such as \"500ms\", \"30s\", \"5m\"");
+    }
+    try {
+      out = parse_duration(**node->as_string());
+    } catch (const std::invalid_argument& e) {
+      fail(*node, key_name(key) + ": " + e.what());
+    }
+    if (!allow_zero && out.count() == 0) {
+      fail(*node, key_name(key) + " must be greater than zero");
+    }
+  }
+  void string_map(const std::string& key, std::map<std::string, std::string>& out) {
+    const toml::node* node = get(key);
+    if (node == nullptr) {
+      return;
+    }
+    if (!node->is_table()) {
+      fail(*node, key_name(key) + " must be a table of strings");
+    }
+    for (const auto& [k, v] : *node->as_table()) {
+      if (v.is_string()) {
+        out[std::string(k.str())] = expand(v, v.as_string()->get());
+      } else if (v.is_integer()) {
+        out[std::string(k.str())] = std::to_string(v.as_integer()->get());
+      } else if (v.is_boolean()) {
+        out[std::string(k.str())] = v.as_boolean()->get() ? "true" : "false";
+      } else {
+        fail(v, key_name(key) + "." + std::string(k.str()) + " must be a string");
+      }
+    }
+  }
+  // Every key of the table must have been read.
+  void finish() const {
+    for (const auto& [k, v] : table_) {
+      if (!used_.contains(std::string(k.str()))) {
+        fail(v, "unknown key '" + key_name(std::string(k.str())) + "'");
+      }
+    }
+  }
+
+ private:
+  std::string expand(const toml::node& node, const std::string& text) const {
+    std::string out;
+    std::size_t pos = 0;
+    for (;;) {
+      const auto start = text.find("${", pos);
+      if (start == std::string::npos) {
+        out.append(text, pos);
+        return out;
+      }
+      const auto end = text.find('}', start);
+      if (end == std::string::npos) {
+        fail(node, "unterminated ${ in '" + text + "'");
+      }
+      out.append(text, pos, start - pos);
+      const std::string variable = text.substr(start + 2, end - start - 2);
+      const char* value = std::getenv(variable.c_str());
+      if (value == nullptr) {
+        fail(node, "environment variable " + variable + " is not set");
+      }
+      out += value;
+      pos = end + 1;
+    }
+  }
+
+  const toml::table& table_;
+  std::string name_;
+  const std::string& source_;
+  std::set<std::string> used_;
+};
+
+// A sub-table that must be a table if present; an empty one otherwise.
+const toml::table& sub_table(TableReader& parent, const std::string& key) {
+  static const toml::table kEmpty;
+  const toml::node* node = parent.get(key);
+  if (node == nullptr) {
+    return kEmpty;
+  }
+  if (!node->is_table()) {
+    parent.fail(*node, "[" + key + "] must be a table");
+  }
+  return *node->as_table();
+}
+
+PublisherConfig read_publisher(const std::string& name, const toml::table& table,
+                               const std::string& source) {
+  TableReader r(table, "publishers." + name, source);
+  PublisherConfig p;
+  p.name = name;
+  const auto type = r.string("type");
+  if (!type) {
+    r.fail("publishers." + name + ".type is required (kafka, http or log)");
+  }
+  if (*type == "kafka") {
+    p.type = PublisherConfig::Type::Kafka;
+    r.string("brokers", p.brokers);
+    if (p.brokers.empty()) {
+      r.fail("publishers." + name + ".brokers is required for a kafka publisher");
+    }
+    r.string_map("properties", p.properties);
+    r.duration("delivery_timeout", p.delivery_timeout);
+  } else if (*type == "http") {
+    p.type = PublisherConfig::Type::Http;
+    if (auto mode = r.string("mode")) {
+      if (*mode != "webhook" && *mode != "batch") {
+        r.fail(*r.get("mode"), "publishers." + name + ".mode must be \"webhook\" or \"batch\"");
+      }
+      p.batch = *mode == "batch";
+    }
+    r.integer("batch_size", p.batch_size, 1, 10000);
+    r.string("bearer_token", p.bearer_token);
+    r.duration("connect_timeout", p.connect_timeout);
+    r.duration("request_timeout", p.request_timeout);
+    r.string("hmac_secret", p.hmac_secret);
+    r.string("signature_header", p.signature_header);
+    r.string_map("headers", p.headers);
+  } else if (*type == "log") {
+    p.type = PublisherConfig::Type::Log;
+    r.string("path", p.path);
+  } else {
+    r.fail(*r.get("type"),
+           "publishers." + name + ".type '" + *type + "' is not one of kafka, http, log");
+  }
+  r.finish();
+  return p;
+}
+
+RelayConfig read(const toml::table& root, const std::string& source) {
+  RelayConfig c;
+  TableReader top(root, "", source);
+
+  TableReader db(sub_table(top, "database"), "database", source);
+  db.string("url", c.database.url);
+  if (c.database.url.empty()) {
+    top.fail("database.url is required");
+  }
+  db.string("table", c.database.table);
+  db.integer("pool_size", c.database.pool_size, 1, 1000);
+  db.finish();
+
+  TableReader poller(sub_table(top, "poller"), "poller", source);
+  poller.duration("interval", c.poller.interval);
+  poller.integer("batch", c.poller.batch, 1, 100000);
+  poller.duration("lock_expiry", c.poller.lock_expiry);
+  poller.string("owner", c.poller.owner);
+  poller.finish();
+
+  TableReader d(sub_table(top, "dispatcher"), "dispatcher", source);
+  d.integer("workers", c.dispatcher.workers, 1, 1024);
+  d.integer("queue", c.dispatcher.queue, 1, 1000000);
+  d.integer("max_attempts", c.dispatcher.max_attempts, 1, 1000);
+  d.duration("backoff_base", c.dispatcher.backoff_base);
+  d.duration("backoff_max", c.dispatcher.backoff_max);
+  d.duration("drain_timeout", c.dispatcher.drain_timeout);
+  d.boolean("ordered", c.dispatcher.ordered);
+  d.finish();
+  if (c.dispatcher.backoff_max < c.dispatcher.backoff_base) {
+    top.fail("dispatcher.backoff_max must not be less than dispatcher.backoff_base");
+  }
+
+  TableReader purge(sub_table(top, "purge"), "purge", source);
+  purge.boolean("enabled", c.purge.enabled);
+  purge.duration("retention", c.purge.retention);
+  purge.duration("interval", c.purge.interval);
+  purge.finish();
+
+  TableReader admin(sub_table(top, "admin"), "admin", source);
+  admin.boolean("enabled", c.admin.enabled);
+  admin.string("host", c.admin.host);
+  admin.integer("port", c.admin.port, 0, 65535);
+  admin.string("token", c.admin.token);
+  admin.finish();
+
+  const toml::node* publishers = top.get("publishers");
+  if (publishers == nullptr || !publishers->is_table() || publishers->as_table()->empty()) {
+    top.fail(publishers ? *publishers : static_cast<const toml::node&>(root),
+             "at least one [publishers.<name>] table is required");
+  }
+  for (const auto& [name, node] : *publishers->as_table()) {
+    if (!node.is_table()) {
+      top.fail(node, "publishers." + std::string(name.str()) + " must be a table");
+    }
+    c.publishers.push_back(read_publisher(std::string(name.str()), *node.as_table(), source));
+  }
+
+  const toml::node* routes = top.get("routes");
+  if (routes == nullptr || !routes->is_array_of_tables() || routes->as_array()->empty()) {
+    top.fail(routes ? *routes : static_cast<const toml::node&>(root),
+             "at least one [[routes]] entry is required");
+  }
+  for (const auto& node : *routes->as_array()) {
+    TableReader r(*node.as_table(), "routes", source);
+    RouteConfig route;
+    route.line = static_cast<int>(node.source().begin.line);
+    r.string("event_type", route.event_type);
+    r.string("aggregate_type", route.aggregate_type);
+    r.string("publisher", route.publisher);
+    r.string("target", route.target);
+    r.finish();
+    const PublisherConfig* publisher = nullptr;
+    for (const auto& p : c.publishers) {
+      if (p.name == route.publisher) {
+        publisher = &p;
+      }
+    }
+    if (publisher == nullptr) {
+      r.fail(route.publisher.empty() ? "routes.publisher is required"
+                                     : "routes.publisher '" + route.publisher +
+                                           "' is not a [publishers.<name>] table");
+    }
+    if (route.target.empty() && publisher->type != PublisherConfig::Type::Log) {
+      r.fail("routes.target (topic or URL) is required for publisher '" + route.publisher + "'");
+    }
+    if (auto problem = template_problem(route.target)) {
+      r.fail("routes.target: " + *problem);
+    }
+    c.routes.push_back(std::move(route));
+  }
+  top.finish();
+  return c;
+}
+
+}  // namespace
+
+std::chrono::milliseconds parse_duration(std::string_view text) {
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
+    ++digits;
+  }
+  const std::string_view unit = text.substr(digits);
+  if (digits == 0 || digits > 12) {
+    throw std::invalid_argument("'" + std::string(text) +
+                                "' is not a duration (a whole number and ms, s, m, h or d)");
+  }
+  const std::int64_t n = std::stoll(std::string(text.substr(0, digits)));
+  if (unit == "ms") return std::chrono::milliseconds(n);
+  if (unit == "s") return std::chrono::seconds(n);
+  if (unit == "m") return std::chrono::minutes(n);
+  if (unit == "h") return std::chrono::hours(n);
+  if (unit == "d") return std::chrono::hours(24 * n);
+  throw std::invalid_argument("'" + std::string(text) +
+                              "' is not a duration (a whole number and ms, s, m, h or d)");
+}
+
+RelayConfig parse_config(std::string_view text, const std::string& source) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(place(source, e.source()) + std::string(e.description()));
+  }
+  return read(root, source);
+}
+
+RelayConfig load_config(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    throw ConfigError(path + ": cannot be read");
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), path);
+}
+
+}  // namespace outbox::relay

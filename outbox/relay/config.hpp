@@ -1,0 +1,100 @@
+#pragma once
+// The relay's configuration file (TOML), validated at load with file:line:column errors.
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace outbox::relay {
+
+/// A configuration problem; what() starts with "<source>:<line>:<column>: " when it has a place.
+class ConfigError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// One [publishers.<name>] table. Fields not used by its type keep their defaults.
+struct PublisherConfig {
+  enum class Type { Kafka, Http, Log };
+  std::string name;
+  Type type = Type::Log;
+  // kafka
+  std::string brokers;
+  std::map<std::string, std::string> properties;  ///< [publishers.<name>.properties]
+  std::chrono::milliseconds delivery_timeout{30000};
+  // http
+  bool batch = false;  ///< mode = "batch" (JSON array per request) or "webhook" (default)
+  std::size_t batch_size = 100;
+  std::string bearer_token;
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds request_timeout{10000};
+  std::string hmac_secret;
+  std::string signature_header = "X-Outbox-Signature";
+  std::map<std::string, std::string> headers;  ///< [publishers.<name>.headers]
+  // log
+  std::string path;  ///< empty: standard output
+};
+
+/// One [[routes]] entry: the first route matching an event decides where it goes.
+struct RouteConfig {
+  std::string event_type = "*";      ///< exact name or glob (* and ?)
+  std::string aggregate_type = "*";  ///< exact name or glob
+  std::string publisher;             ///< a [publishers.<name>] name
+  /// Topic or URL; may use {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}.
+  std::string target;
+  int line = 0;  ///< where it was defined, for messages
+};
+
+/// The whole file. Defaults are what a key left out means.
+struct RelayConfig {
+  struct Database {
+    std::string url;  ///< required: sqlite:///path.db, postgresql://…, mysql://…
+    std::string table = "outbox_event";
+    int pool_size = 8;
+  } database;
+  struct Poller {
+    std::chrono::milliseconds interval{500};
+    int batch = 200;
+    std::chrono::milliseconds lock_expiry{30000};
+    std::string owner;  ///< empty: host name + process id
+  } poller;
+  struct Dispatcher {
+    int workers = 16;
+    std::size_t queue = 1000;
+    int max_attempts = 10;
+    std::chrono::milliseconds backoff_base{1000};
+    std::chrono::milliseconds backoff_max{300000};
+    std::chrono::milliseconds drain_timeout{10000};
+    /// One worker, no claim locking, one attempt: per-aggregate order on a single relay (§19).
+    bool ordered = false;
+  } dispatcher;
+  struct Purge {
+    bool enabled = false;
+    std::chrono::milliseconds retention{std::chrono::hours(24 * 7)};
+    std::chrono::milliseconds interval{std::chrono::hours(1)};
+  } purge;
+  struct Admin {
+    bool enabled = true;
+    std::string host = "127.0.0.1";
+    int port = 9090;    ///< 0: any free port
+    std::string token;  ///< bearer token for /api/*; empty: reads open, POSTs refused
+  } admin;
+  std::vector<PublisherConfig> publishers;
+  std::vector<RouteConfig> routes;
+};
+
+/// Parses and validates `text`. Every string value may be "${VAR}" (or contain it): replaced by
+/// the environment variable, an error when unset. Unknown keys are errors. Throws ConfigError.
+RelayConfig parse_config(std::string_view text, const std::string& source = "config");
+
+/// Reads and parses a file. Throws ConfigError (also when the file cannot be read).
+RelayConfig load_config(const std::string& path);
+
+/// "250ms", "30s", "5m", "2h", "7d" → milliseconds. Throws std::invalid_argument otherwise.
+std::chrono::milliseconds parse_duration(std::string_view text);
+
+}  // namespace outbox::relay

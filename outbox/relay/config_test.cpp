@@ -1,0 +1,138 @@
+#include "outbox/relay/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <stdlib.h>
+
+namespace outbox::relay {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kFull = R"(
+[database]
+url = "sqlite:///tmp/x.db"
+table = "events_out"
+
+[poller]
+interval = "250ms"
+batch = 500
+lock_expiry = "1m"
+
+[dispatcher]
+workers = 32
+max_attempts = 5
+backoff_base = "2s"
+backoff_max = "10m"
+
+[admin]
+port = 0
+token = "${OUTBOX_TEST_ADMIN_TOKEN}"
+
+[publishers.kafka-main]
+type = "kafka"
+brokers = "k1:9092,k2:9092"
+properties = { "linger.ms" = "20", "compression.type" = "zstd", "batch.num.messages" = 1000 }
+
+[publishers.hooks]
+type = "http"
+mode = "batch"
+batch_size = 50
+bearer_token = "tok"
+request_timeout = "3s"
+
+[publishers.dev]
+type = "log"
+
+[[routes]]
+event_type = "Order*"
+aggregate_type = "Order"
+publisher = "kafka-main"
+target = "{event_type}-out-0"
+
+[[routes]]
+publisher = "hooks"
+target = "http://127.0.0.1:1/api/events/batch"
+)";
+
+TEST(RelayConfig, ParsesEveryTableWithDefaultsAndEnvironment) {
+  setenv("OUTBOX_TEST_ADMIN_TOKEN", "from-env", 1);
+  auto c = parse_config(kFull, "relay.toml");
+  EXPECT_EQ(c.database.url, "sqlite:///tmp/x.db");
+  EXPECT_EQ(c.database.table, "events_out");
+  EXPECT_EQ(c.database.pool_size, 8);
+  EXPECT_EQ(c.poller.interval, 250ms);
+  EXPECT_EQ(c.poller.batch, 500);
+  EXPECT_EQ(c.poller.lock_expiry, 60s);
+  EXPECT_EQ(c.dispatcher.workers, 32);
+  EXPECT_EQ(c.dispatcher.max_attempts, 5);
+  EXPECT_EQ(c.dispatcher.backoff_max, 600s);
+  EXPECT_FALSE(c.dispatcher.ordered);
+  EXPECT_EQ(c.admin.host, "127.0.0.1");
+  EXPECT_EQ(c.admin.port, 0);
+  EXPECT_EQ(c.admin.token, "from-env");
+  ASSERT_EQ(c.publishers.size(), 3u);
+  const auto& hooks = c.publishers[0].name == "hooks" ? c.publishers[0] : c.publishers[1];
+  EXPECT_EQ(hooks.type, PublisherConfig::Type::Http);
+  EXPECT_TRUE(hooks.batch);
+  EXPECT_EQ(hooks.batch_size, 50u);
+  EXPECT_EQ(hooks.request_timeout, 3s);
+  const PublisherConfig* kafka = nullptr;
+  for (const auto& p : c.publishers) {
+    if (p.name == "kafka-main") kafka = &p;
+  }
+  ASSERT_NE(kafka, nullptr);
+  EXPECT_EQ(kafka->brokers, "k1:9092,k2:9092");
+  EXPECT_EQ(kafka->properties.at("linger.ms"), "20");
+  EXPECT_EQ(kafka->properties.at("batch.num.messages"), "1000");
+  ASSERT_EQ(c.routes.size(), 2u);
+  EXPECT_EQ(c.routes[0].target, "{event_type}-out-0");
+  EXPECT_EQ(c.routes[0].line, 36);
+  EXPECT_EQ(c.routes[1].event_type, "*");
+}
+
+// Each bad file must name the line of the problem.
+void expect_error(const std::string& text, const std::string& where, const std::string& what) {
+  try {
+    parse_config(text, "relay.toml");
+    ADD_FAILURE() << "accepted:\n" << text;
+  } catch (const ConfigError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind("relay.toml:" + where, 0), 0u) << message;
+    EXPECT_NE(message.find(what), std::string::npos) << message;
+  }
+}
+
+TEST(RelayConfig, ErrorsNameTheLine) {
+  const std::string head =
+      "[database]\nurl = \"sqlite:///x.db\"\n[publishers.p]\ntype = \"log\"\n";
+  const std::string route = "[[routes]]\npublisher = \"p\"\n";
+  expect_error("[database\nurl = 1\n", "1:", "");  // TOML syntax
+  expect_error(head + route + "[poller]\nintervall = \"1s\"\n", "8:", "unknown key 'poller.intervall'");
+  expect_error(head + route + "[poller]\ninterval = 5\n", "8:", "duration string");
+  expect_error(head + route + "[poller]\ninterval = \"5 parsecs\"\n", "8:", "not a duration");
+  expect_error(head + route + "[dispatcher]\nworkers = 0\n", "8:", "between 1 and 1024");
+  expect_error(head + "[[routes]]\npublisher = \"kafak\"\n", "5:", "'kafak' is not a [publishers");
+  expect_error(head + "[[routes]]\npublisher = \"p\"\ntarget = \"{evnt_type}\"\n", "5:",
+               "unknown placeholder {evnt_type}");
+  expect_error(head + "[publishers.k]\ntype = \"kafka\"\n" + route, "5:", "brokers is required");
+  expect_error(head + "[publishers.h]\ntype = \"http\"\nmode = \"bulk\"\n" + route, "7:",
+               "webhook");
+  expect_error(head + "[publishers.h]\ntype = \"smtp\"\n" + route, "6:", "not one of kafka");
+  expect_error(head + route + "[admin]\ntoken = \"${OUTBOX_TEST_UNSET_VARIABLE}\"\n", "8:",
+               "OUTBOX_TEST_UNSET_VARIABLE is not set");
+  expect_error(head, "1:1:", "[[routes]]");
+  expect_error("[publishers.p]\ntype = \"log\"\n" + route, "1:1:", "database.url is required");
+  EXPECT_THROW(load_config("/nonexistent/relay.toml"), ConfigError);
+}
+
+TEST(RelayConfig, Durations) {
+  EXPECT_EQ(parse_duration("250ms"), 250ms);
+  EXPECT_EQ(parse_duration("7d"), std::chrono::hours(168));
+  for (const char* bad : {"", "s", "1.5s", "10", "-1s", "1w", "1 s"}) {
+    EXPECT_THROW(parse_duration(bad), std::invalid_argument) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace outbox::relay

@@ -1,0 +1,135 @@
+#include "outbox/relay/operations.hpp"
+
+#include <cstdio>
+
+#include "outbox/json_codec.hpp"
+
+namespace outbox::relay {
+namespace {
+
+void append_optional(std::string& out, const std::optional<std::string>& value) {
+  if (value) {
+    append_json_string(out, *value);
+  } else {
+    out += "null";
+  }
+}
+
+}  // namespace
+
+StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp now) {
+  StatusReport r;
+  const auto counts = store.count_by_status(conn);
+  r.new_count = counts[0];
+  r.done = counts[1];
+  r.retry = counts[2];
+  r.dead = counts[3];
+  if (auto oldest = store.oldest_pending(conn)) {
+    r.oldest_pending_age =
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(now - *oldest));
+  }
+  r.dead_by_type = store.count_dead_by_type(conn);
+  return r;
+}
+
+std::string to_json(const StatusReport& r) {
+  std::string out = "{\"new\":" + std::to_string(r.new_count) +
+                    ",\"done\":" + std::to_string(r.done) + ",\"retry\":" + std::to_string(r.retry) +
+                    ",\"dead\":" + std::to_string(r.dead) + ",\"oldest_pending_age_seconds\":";
+  if (r.oldest_pending_age) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", r.oldest_pending_age->count() / 1000.0);
+    out += buf;
+  } else {
+    out += "null";
+  }
+  out += ",\"dead_by_type\":{";
+  for (std::size_t i = 0; i < r.dead_by_type.size(); ++i) {
+    if (i > 0) {
+      out.push_back(',');
+    }
+    append_json_string(out, r.dead_by_type[i].first);
+    out += ":" + std::to_string(r.dead_by_type[i].second);
+  }
+  out += "}}";
+  return out;
+}
+
+std::string to_text(const StatusReport& r) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "new    %lld\nretry  %lld\ndone   %lld\ndead   %lld\n",
+                static_cast<long long>(r.new_count), static_cast<long long>(r.retry),
+                static_cast<long long>(r.done), static_cast<long long>(r.dead));
+  std::string out = buf;
+  if (r.oldest_pending_age) {
+    std::snprintf(buf, sizeof buf, "oldest pending: %.3f s\n",
+                  r.oldest_pending_age->count() / 1000.0);
+    out += buf;
+  } else {
+    out += "oldest pending: none\n";
+  }
+  if (!r.dead_by_type.empty()) {
+    out += "dead by type:\n";
+    for (const auto& [type, n] : r.dead_by_type) {
+      out += "  " + type + "  " + std::to_string(n) + "\n";
+    }
+  }
+  return out;
+}
+
+std::string dead_to_json(const std::vector<OutboxEvent>& rows) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& e = rows[i];
+    out += i > 0 ? ",{\"event_id\":" : "{\"event_id\":";
+    append_json_string(out, e.event_id);
+    out += ",\"event_type\":";
+    append_json_string(out, e.event_type);
+    out += ",\"aggregate_type\":";
+    append_json_string(out, e.aggregate_type);
+    out += ",\"aggregate_id\":";
+    append_optional(out, e.aggregate_id);
+    out += ",\"tenant_id\":";
+    append_optional(out, e.tenant_id);
+    out += ",\"attempts\":" + std::to_string(e.attempts) + ",\"created_at\":\"" +
+           format_rfc3339(e.created_at) + "\",\"last_error\":";
+    append_optional(out, e.last_error);
+    out += "}";
+  }
+  out += "]";
+  return out;
+}
+
+std::string dead_to_text(const std::vector<OutboxEvent>& rows) {
+  std::string out;
+  for (const auto& e : rows) {
+    out += e.event_id + "  " + e.event_type + "  " + e.aggregate_type + "/" +
+           e.aggregate_id.value_or("-") + "  attempts=" + std::to_string(e.attempts) + "  " +
+           format_rfc3339(e.created_at) + "  " + e.last_error.value_or("") + "\n";
+  }
+  return out;
+}
+
+int replay_all_dead(sql::Connection& conn, OutboxStore& store,
+                    std::optional<std::string_view> event_type,
+                    std::optional<std::string_view> aggregate_type, Timestamp now) {
+  int replayed = 0;
+  for (;;) {
+    // Replayed rows leave the DEAD set, so each query returns the next ones.
+    const auto rows = store.query_dead(conn, event_type, aggregate_type, 500);
+    if (rows.empty()) {
+      return replayed;
+    }
+    int pass = 0;
+    for (const auto& row : rows) {
+      pass += store.replay_dead(conn, row.event_id, now);
+    }
+    if (pass == 0) {
+      return replayed;  // rows changed under us; never loop on them
+    }
+    replayed += pass;
+  }
+}
+
+}  // namespace outbox::relay

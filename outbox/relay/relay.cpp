@@ -1,0 +1,245 @@
+#include "outbox/relay/relay.hpp"
+
+#include <unistd.h>
+
+#include <mutex>
+
+#include "outbox/detect/detect.hpp"
+#include "outbox/errors.hpp"
+#include "outbox/http/publisher.hpp"
+#include "outbox/kafka/publisher.hpp"
+#include "outbox/listener.hpp"
+#include "outbox/log.hpp"
+#include "outbox/outbox.hpp"
+#include "outbox/prometheus/metrics.hpp"
+#include "outbox/relay/admin_server.hpp"
+#include "outbox/relay/batching_publisher.hpp"
+#include "outbox/relay/log_publisher.hpp"
+#include "outbox/relay/operations.hpp"
+#include "outbox/relay/router.hpp"
+#include "outbox/retry_policy.hpp"
+#include "outbox/transaction.hpp"
+
+namespace outbox::relay {
+namespace {
+
+std::shared_ptr<Publisher> make_publisher(const PublisherConfig& p) {
+  switch (p.type) {
+    case PublisherConfig::Type::Kafka:
+      return std::make_shared<kafka::KafkaPublisher>(kafka::KafkaPublisher::Options{
+          .brokers = p.brokers, .properties = p.properties, .delivery_timeout = p.delivery_timeout});
+    case PublisherConfig::Type::Http: {
+      auto http = std::make_shared<http::HttpPublisher>(http::HttpPublisher::Options{
+          .mode = p.batch ? http::HttpPublisher::Mode::Batch : http::HttpPublisher::Mode::Webhook,
+          .max_batch = p.batch_size,
+          .bearer_token = p.bearer_token,
+          .connect_timeout = p.connect_timeout,
+          .request_timeout = p.request_timeout,
+          .hmac_secret = p.hmac_secret,
+          .signature_header = p.signature_header,
+          .headers = p.headers});
+      if (p.batch) {
+        return std::make_shared<BatchingPublisher>(std::move(http), p.batch_size);
+      }
+      return http;
+    }
+    case PublisherConfig::Type::Log:
+      return std::make_shared<LogPublisher>(p.path);
+  }
+  throw std::invalid_argument("unknown publisher type");
+}
+
+std::string default_owner() {
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  return std::string(host[0] ? host : "relay") + "-" + std::to_string(getpid());
+}
+
+// Routes each event to the first matching route's publisher; no match → unroutable → DEAD.
+class RoutingRegistry final : public ListenerRegistry {
+ public:
+  RoutingRegistry(const RelayConfig& config,
+                  const std::map<std::string, std::shared_ptr<Publisher>>& publishers,
+                  std::shared_ptr<prometheus::PrometheusMetrics> metrics)
+      : router_(config.routes) {
+    for (const auto& route : config.routes) {
+      listeners_.push_back(std::make_shared<const EventListener>(
+          [publisher = publishers.at(route.publisher), metrics, name = route.publisher,
+           target = route.target](const EventEnvelope& event) {
+            const PublishRequest request{&event, expand_target(target, event)};
+            const auto start = std::chrono::steady_clock::now();
+            const auto result = publisher->publish(std::span(&request, 1)).at(0);
+            metrics->record_publish(name, result.kind, std::chrono::steady_clock::now() - start);
+            switch (result.kind) {
+              case PublishResult::Kind::Ok:
+                return;
+              case PublishResult::Kind::Retriable:
+                throw std::runtime_error(result.reason);
+              case PublishResult::Kind::Permanent:
+                throw PermanentFailure(result.reason);
+            }
+          }));
+    }
+  }
+
+  std::shared_ptr<const EventListener> listener_for(std::string_view aggregate_type,
+                                                    std::string_view event_type) const override {
+    const auto index = router_.match(aggregate_type, event_type);
+    return index ? listeners_[*index] : nullptr;
+  }
+
+ private:
+  Router router_;
+  std::vector<std::shared_ptr<const EventListener>> listeners_;  // one per route, same order
+};
+
+}  // namespace
+
+struct Relay::Impl {
+  RelayConfig config;
+  std::shared_ptr<sql::ConnectionPool> pool;
+  std::shared_ptr<OutboxStore> store;
+  std::shared_ptr<prometheus::PrometheusMetrics> metrics =
+      std::make_shared<prometheus::PrometheusMetrics>();
+  std::map<std::string, std::shared_ptr<Publisher>> publishers;
+  std::unique_ptr<Outbox> outbox;
+  std::unique_ptr<AdminServer> admin;
+  std::mutex lifecycle_mutex;  // guards started/stopped transitions
+  bool started = false, stopped = false;
+
+  void build_outbox() {
+    Outbox::Options o{
+        .connection_provider = pool,
+        .tx_context = std::make_shared<ThreadLocalTxContext>(),  // the relay never writes
+        .store = store,
+        .listeners = std::make_shared<RoutingRegistry>(config, publishers, metrics),
+        .metrics = metrics,
+        .poll_interval = config.poller.interval,
+        .poll_batch_size = config.poller.batch,
+        .drain_timeout = config.dispatcher.drain_timeout,
+        .worker_count = config.dispatcher.workers,
+        .hot_queue_capacity = 1,
+        .cold_queue_capacity = config.dispatcher.queue,
+        .max_attempts = config.dispatcher.max_attempts,
+        .retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(
+            config.dispatcher.backoff_base, config.dispatcher.backoff_max),
+    };
+    if (config.purge.enabled) {
+      auto conn = pool->acquire();
+      o.purger = detect_purger(*conn, config.database.table);
+      o.purge_retention = std::chrono::duration_cast<std::chrono::seconds>(config.purge.retention);
+      o.purge_interval = config.purge.interval;
+    }
+    if (config.dispatcher.ordered) {
+      outbox = std::make_unique<Outbox>(Outbox::ordered(std::move(o)));
+    } else {
+      o.claim_locking = ClaimLocking{
+          .owner = config.poller.owner.empty() ? default_owner() : config.poller.owner,
+          .lock_timeout = config.poller.lock_expiry};
+      outbox = std::make_unique<Outbox>(Outbox::multi_node(std::move(o)));
+    }
+  }
+
+  void build_admin() {
+    AdminHandlers h;
+    h.check_ready = [this] {
+      auto conn = pool->acquire();
+      store->oldest_pending(*conn);
+    };
+    h.metrics = [this] { return metrics->serialize(); };
+    h.status_json = [this] {
+      auto conn = pool->acquire();
+      return to_json(read_status(*conn, *store, Clock::system()->now()));
+    };
+    h.dead_json = [this](std::optional<std::string> type, std::optional<std::string> aggregate,
+                         int limit) {
+      auto conn = pool->acquire();
+      std::optional<std::string_view> t, a;
+      if (type) t = *type;
+      if (aggregate) a = *aggregate;
+      return dead_to_json(store->query_dead(*conn, t, a, limit));
+    };
+    h.replay = [this](const std::string& id) {
+      auto conn = pool->acquire();
+      return store->replay_dead(*conn, id, Clock::system()->now()) > 0;
+    };
+    admin = std::make_unique<AdminServer>(config.admin.host, config.admin.port, config.admin.token,
+                                          std::move(h));
+  }
+};
+
+Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
+  impl_->config = std::move(config);
+  auto& c = impl_->config;
+  // Workers write statuses, the poller claims, the DONE flusher and admin requests read.
+  impl_->pool = open_pool(c.database.url, static_cast<std::size_t>(c.database.pool_size));
+  {
+    auto conn = impl_->pool->acquire();
+    impl_->store = detect_store(*conn, c.database.table);
+    try {
+      impl_->store->oldest_pending(*conn);  // cheap (indexed) proof that the table is there
+    } catch (const StoreError& e) {
+      throw StoreError("outbox table '" + c.database.table + "' is not usable (run `outbox migrate`" +
+                           " first?): " + e.what(),
+                       e.sqlstate());
+    }
+  }
+  for (const auto& p : c.publishers) {
+    try {
+      impl_->publishers[p.name] = make_publisher(p);
+    } catch (const std::invalid_argument& e) {
+      throw ConfigError("publishers." + p.name + ": " + e.what());
+    }
+  }
+  impl_->build_outbox();
+  if (c.admin.enabled) {
+    impl_->build_admin();
+  }
+}
+
+Relay::~Relay() {
+  if (impl_) {
+    stop();
+  }
+}
+Relay::Relay(Relay&&) noexcept = default;
+Relay& Relay::operator=(Relay&&) noexcept = default;
+
+void Relay::start() {
+  std::lock_guard lock(impl_->lifecycle_mutex);
+  if (impl_->started || impl_->stopped) {
+    return;
+  }
+  impl_->started = true;
+  if (impl_->admin) {
+    impl_->admin->start();
+  }
+  impl_->outbox->poller()->start();
+  log(LogLevel::Info, "relay started: " + std::to_string(impl_->config.routes.size()) +
+                          " routes, " + std::to_string(impl_->publishers.size()) + " publishers" +
+                          (impl_->admin ? ", admin on " + impl_->config.admin.host + ":" +
+                                              std::to_string(impl_->admin->port())
+                                        : std::string()));
+}
+
+void Relay::stop() {
+  std::lock_guard lock(impl_->lifecycle_mutex);
+  if (impl_->stopped) {
+    return;
+  }
+  impl_->stopped = true;
+  impl_->outbox->close();  // poller first, then the dispatcher drains
+  if (impl_->admin) {
+    impl_->admin->stop();
+  }
+  // The listeners own the last references to the publishers: Kafka flushes here.
+  impl_->outbox.reset();
+  impl_->publishers.clear();
+  log(LogLevel::Info, "relay stopped");
+}
+
+int Relay::admin_port() const { return impl_->admin ? impl_->admin->port() : 0; }
+
+prometheus::PrometheusMetrics& Relay::metrics() { return *impl_->metrics; }
+
+}  // namespace outbox::relay

@@ -1,0 +1,38 @@
+#pragma once
+// Routing of events to publishers: glob matching on event and aggregate type, target templates.
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outbox/envelope.hpp"
+#include "outbox/relay/config.hpp"
+
+namespace outbox::relay {
+
+/// True when `text` matches `pattern`, where * matches any run of characters and ? any one.
+bool glob_match(std::string_view pattern, std::string_view text) noexcept;
+
+/// Why `target` is not a valid template (an unknown or unterminated {placeholder}), or nullopt.
+/// Placeholders: {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}.
+std::optional<std::string> template_problem(std::string_view target);
+
+/// `target` with its placeholders replaced from `event` (absent ids become empty).
+std::string expand_target(std::string_view target, const EventEnvelope& event);
+
+/// Ordered routes; the first match wins. Immutable, so thread-safe.
+class Router {
+ public:
+  explicit Router(std::vector<RouteConfig> routes) : routes_(std::move(routes)) {}
+  /// Index (in configuration order) of the first route matching both types, or nullopt (the
+  /// event is then unroutable → DEAD).
+  std::optional<std::size_t> match(std::string_view aggregate_type,
+                                   std::string_view event_type) const;
+  const std::vector<RouteConfig>& routes() const noexcept { return routes_; }
+
+ private:
+  std::vector<RouteConfig> routes_;
+};
+
+}  // namespace outbox::relay
