@@ -1,0 +1,236 @@
+// The `outbox` command: relay, migrate, status, dead-event handling and purge.
+
+#include <pthread.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "outbox/clock.hpp"
+#include "outbox/detect/detect.hpp"
+#include "outbox/errors.hpp"
+#include "outbox/log.hpp"
+#include "outbox/purge.hpp"
+#include "outbox/relay/config.hpp"
+#include "outbox/relay/operations.hpp"
+#include "outbox/relay/relay.hpp"
+
+namespace {
+
+using namespace outbox;
+
+// Exit codes: 0 done, 1 runtime failure (database, network), 2 bad input (usage, configuration).
+constexpr int kFailure = 1;
+constexpr int kBadInput = 2;
+
+struct DbOptions {
+  std::string url;
+  std::string table = "outbox_event";
+};
+
+void add_db_options(CLI::App& cmd, DbOptions& db) {
+  cmd.add_option("--db", db.url,
+                 "database URL: sqlite:///path.db, postgresql://…, mysql://… (env OUTBOX_DB_URL)")
+      ->envname("OUTBOX_DB_URL")
+      ->required();
+  cmd.add_option("--table", db.table, "outbox table name")->capture_default_str();
+}
+
+void install_logging(const std::string& level) {
+  auto logger = spdlog::stderr_color_mt("outbox");
+  logger->set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+  static const std::map<std::string, std::pair<LogLevel, spdlog::level::level_enum>> kLevels = {
+      {"debug", {LogLevel::Debug, spdlog::level::debug}},
+      {"info", {LogLevel::Info, spdlog::level::info}},
+      {"warning", {LogLevel::Warning, spdlog::level::warn}},
+      {"error", {LogLevel::Error, spdlog::level::err}}};
+  const auto& [ours, theirs] = kLevels.at(level);
+  logger->set_level(theirs);
+  set_log_level(ours);
+  set_log_sink([logger](LogLevel l, std::string_view message) {
+    switch (l) {
+      case LogLevel::Debug:
+        logger->debug(message);
+        break;
+      case LogLevel::Info:
+        logger->info(message);
+        break;
+      case LogLevel::Warning:
+        logger->warn(message);
+        break;
+      case LogLevel::Error:
+        logger->error(message);
+        break;
+    }
+  });
+}
+
+int run_relay(const std::string& config_path) {
+  // Block the stop signals before any thread starts, so only sigwait below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  relay::Relay relay(relay::load_config(config_path));
+  relay.start();
+  int received = 0;
+  sigwait(&stop_signals, &received);
+  log(LogLevel::Info, std::string("received ") + (received == SIGINT ? "SIGINT" : "SIGTERM") +
+                          ": draining");
+  relay.stop();
+  return 0;
+}
+
+std::optional<std::string_view> optional_view(const std::string& s) {
+  return s.empty() ? std::nullopt : std::optional<std::string_view>(s);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"outbox: transactional-outbox relay and operator tools"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "debug, info, warning or error")
+      ->check(CLI::IsMember({"debug", "info", "warning", "error"}))
+      ->capture_default_str();
+
+  std::string config_path;
+  auto* relay_cmd = app.add_subcommand("relay", "run the relay until SIGTERM/SIGINT, then drain");
+  relay_cmd->add_option("--config,-c", config_path, "relay configuration file (TOML)")->required();
+
+  DbOptions migrate_db;
+  auto* migrate_cmd = app.add_subcommand("migrate", "create or upgrade the outbox schema");
+  add_db_options(*migrate_cmd, migrate_db);
+
+  DbOptions status_db;
+  bool status_json = false;
+  auto* status_cmd =
+      app.add_subcommand("status", "counts by status, oldest pending age, dead events by type");
+  add_db_options(*status_cmd, status_db);
+  status_cmd->add_flag("--json", status_json, "print JSON");
+
+  auto* dead_cmd = app.add_subcommand("dead", "inspect and replay DEAD events");
+  dead_cmd->require_subcommand(1);
+  DbOptions dead_db;
+  std::string dead_type, dead_aggregate;
+  int dead_limit = 100;
+  bool dead_json = false;
+  auto* list_cmd = dead_cmd->add_subcommand("list", "list DEAD events, oldest first");
+  add_db_options(*list_cmd, dead_db);
+  list_cmd->add_option("--type", dead_type, "only this event type");
+  list_cmd->add_option("--aggregate", dead_aggregate, "only this aggregate type");
+  list_cmd->add_option("--limit", dead_limit, "at most this many")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  list_cmd->add_flag("--json", dead_json, "print JSON");
+  std::vector<std::string> replay_ids;
+  auto* replay_cmd = dead_cmd->add_subcommand("replay", "make DEAD events NEW again by id");
+  add_db_options(*replay_cmd, dead_db);
+  replay_cmd->add_option("ids", replay_ids, "event ids")->required();
+  auto* replay_all_cmd =
+      dead_cmd->add_subcommand("replay-all", "make every matching DEAD event NEW again");
+  add_db_options(*replay_all_cmd, dead_db);
+  replay_all_cmd->add_option("--type", dead_type, "only this event type");
+  replay_all_cmd->add_option("--aggregate", dead_aggregate, "only this aggregate type");
+
+  DbOptions purge_db;
+  std::string older_than;
+  auto* purge_cmd = app.add_subcommand("purge", "delete DONE and DEAD events older than a duration");
+  add_db_options(*purge_cmd, purge_db);
+  purge_cmd->add_option("--older-than", older_than, "e.g. 7d, 12h, 30m")->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  install_logging(log_level);
+
+  try {
+    if (relay_cmd->parsed()) {
+      return run_relay(config_path);
+    }
+    if (migrate_cmd->parsed()) {
+      auto pool = open_pool(migrate_db.url, 1);
+      auto conn = pool->acquire();
+      const auto r = migrate(*conn, migrate_db.table);
+      if (r.from == r.to) {
+        std::printf("%s: already at schema version %d\n", migrate_db.table.c_str(), r.to);
+      } else {
+        std::printf("%s: schema version %d -> %d\n", migrate_db.table.c_str(), r.from, r.to);
+      }
+      return 0;
+    }
+    if (status_cmd->parsed()) {
+      auto pool = open_pool(status_db.url, 1);
+      auto conn = pool->acquire();
+      auto store = detect_store(*conn, status_db.table);
+      const auto report = relay::read_status(*conn, *store, Clock::system()->now());
+      std::fputs(status_json ? (relay::to_json(report) + "\n").c_str()
+                             : relay::to_text(report).c_str(),
+                 stdout);
+      return 0;
+    }
+    if (dead_cmd->parsed()) {
+      auto pool = open_pool(dead_db.url, 1);
+      auto conn = pool->acquire();
+      auto store = detect_store(*conn, dead_db.table);
+      if (list_cmd->parsed()) {
+        const auto rows = store->query_dead(*conn, optional_view(dead_type),
+                                            optional_view(dead_aggregate), dead_limit);
+        std::fputs(dead_json ? (relay::dead_to_json(rows) + "\n").c_str()
+                             : relay::dead_to_text(rows).c_str(),
+                   stdout);
+        return 0;
+      }
+      if (replay_cmd->parsed()) {
+        int missing = 0;
+        for (const auto& id : replay_ids) {
+          if (store->replay_dead(*conn, id, Clock::system()->now()) == 0) {
+            std::fprintf(stderr, "outbox: no DEAD event %s\n", id.c_str());
+            ++missing;
+          }
+        }
+        std::printf("replayed %zu\n", replay_ids.size() - static_cast<std::size_t>(missing));
+        return missing == 0 ? 0 : kFailure;
+      }
+      const int n = relay::replay_all_dead(*conn, *store, optional_view(dead_type),
+                                           optional_view(dead_aggregate), Clock::system()->now());
+      std::printf("replayed %d\n", n);
+      return 0;
+    }
+    if (purge_cmd->parsed()) {
+      const auto age = relay::parse_duration(older_than);
+      auto pool = open_pool(purge_db.url, 1);
+      auto conn = pool->acquire();
+      auto purger = detect_purger(*conn, purge_db.table);
+      const auto before = Clock::system()->now() - age;
+      long total = 0;
+      for (;;) {
+        const int n = purger->purge(*conn, before, 1000);
+        total += n;
+        if (n < 1000) {
+          break;
+        }
+      }
+      std::printf("purged %ld\n", total);
+      return 0;
+    }
+  } catch (const relay::ConfigError& e) {
+    std::fprintf(stderr, "outbox: %s\n", e.what());
+    return kBadInput;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "outbox: %s\n", e.what());
+    return kBadInput;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "outbox: %s\n", e.what());
+    return kFailure;
+  }
+  return kBadInput;
+}
