@@ -1,0 +1,417 @@
+// The `outbox` command as a separate process against real parts: SQLite files and PostgreSQL,
+// librdkafka's mock cluster, a real HTTP server, the admin API and promtool.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "outbox/detect/detect.hpp"
+#include "outbox/kafka/publisher.hpp"
+#include "tests/support/http_server.hpp"
+#include "tests/support/kafka_mock.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/servers.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::wait_until;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct CommandResult {
+  int exit_code;
+  std::string out, err;
+};
+
+// Runs `outbox args…` to completion, capturing its output.
+CommandResult run_cli(const testing::TempDir& dir, const std::string& args) {
+  const auto out = dir.file("cli.out"), err = dir.file("cli.err");
+  const pid_t pid = testing::spawn(
+      {"/bin/sh", "-c", "exec '" OUTBOX_CLI_PATH "' " + args + " >'" + out + "' 2>'" + err + "'"});
+  const auto code = testing::wait_exit(pid, std::chrono::seconds(60));
+  return {code.value_or(-1), read_file(out), read_file(err)};
+}
+
+// A relay process; killed if the test ends without stopping it.
+class RelayProcess {
+ public:
+  RelayProcess(const testing::TempDir& dir, const std::string& config) : log_(dir.file("relay.log")) {
+    const auto path = dir.file("relay.toml");
+    std::ofstream(path) << config;
+    pid_ = testing::spawn({"/bin/sh", "-c",
+                           "exec '" OUTBOX_CLI_PATH "' relay -c '" + path + "' 2>'" + log_ + "'"});
+  }
+  ~RelayProcess() {
+    if (pid_ > 0) {
+      testing::kill_hard(pid_);
+    }
+  }
+  // The admin port from the start-up line (admin.port = 0 picks a free one).
+  int admin_port() {
+    static const std::regex kLine("admin on 127\\.0\\.0\\.1:([0-9]+)");
+    std::smatch m;
+    std::string log;
+    EXPECT_TRUE(wait_until([&] {
+      log = read_file(log_);
+      return std::regex_search(log, m, kLine);
+    })) << log;
+    return m.empty() ? 0 : std::stoi(m[1]);
+  }
+  // SIGTERM, then the exit code (nullopt if it did not exit in time).
+  std::optional<int> terminate() {
+    kill(pid_, SIGTERM);
+    auto code = testing::wait_exit(pid_, std::chrono::seconds(60));
+    pid_ = -1;
+    return code;
+  }
+  std::string log() const { return read_file(log_); }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+};
+
+EventEnvelope event(const std::string& type, const std::string& aggregate_type,
+                    const std::string& aggregate_id, int seq) {
+  return EventEnvelope::builder(EventType::of(type))
+      .aggregate_type(AggregateType::of(aggregate_type))
+      .aggregate_id(aggregate_id)
+      .header("traceparent", "00-trace-" + std::to_string(seq))
+      .payload_json("{\"seq\":" + std::to_string(seq) + "}")
+      .build();
+}
+
+// One database (SQLite file or PostgreSQL table) migrated by the CLI.
+class RelayE2E : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "postgres") {
+      auto url = testing::env("OUTBOX_TEST_PG_URL");
+      OUTBOX_REQUIRE_SERVER(url, "postgres");
+      url_ = *url;
+      table_ = testing::unique_table("relay");
+    } else {
+      url_ = "sqlite://" + dir_.file("relay.db");
+      table_ = "outbox_event";
+    }
+    auto migrated = run_cli(dir_, "migrate --db '" + url_ + "' --table " + table_);
+    ASSERT_EQ(migrated.exit_code, 0) << migrated.err;
+    ASSERT_NE(migrated.out.find("schema version 0 -> 1"), std::string::npos) << migrated.out;
+    pool_ = open_pool(url_, 2);
+    store_ = detect_store(*pool_->acquire(), table_);
+  }
+  void TearDown() override {
+    if (pool_ && GetParam() == "postgres") {
+      auto conn = pool_->acquire();
+      conn->execute("DROP TABLE IF EXISTS " + table_);
+      conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table_ + "'");
+    }
+  }
+  std::string database_toml() const {
+    return "[database]\nurl = \"" + url_ + "\"\ntable = \"" + table_ + "\"\n";
+  }
+  std::vector<std::int64_t> counts() { return store_->count_by_status(*pool_->acquire()); }
+  void insert(const std::vector<EventEnvelope>& events) {
+    store_->insert_batch(*pool_->acquire(), events);
+  }
+
+  testing::TempDir dir_;
+  std::string url_, table_;
+  std::shared_ptr<sql::ConnectionPool> pool_;
+  std::shared_ptr<OutboxStore> store_;
+};
+
+TEST_P(RelayE2E, DeliversToKafkaAndWebhooksDeadLettersAndDrainsOnSigterm) {
+  testing::KafkaMockCluster kafka;
+  kafka.create_topic("OrderPlaced-out-0", 3);
+  kafka.create_topic("OrderShipped-out-0", 3);
+  testing::HttpTestServer http;
+  http.respond([](const testing::ReceivedRequest& r, httplib::Response& res) {
+    if (r.path == "/hooks/reject") {
+      res.status = 400;
+      res.set_content("amount must be positive", "text/plain");
+    }
+  });
+  std::vector<EventEnvelope> orders, payments, unroutable;
+  for (int i = 0; i < 300; ++i) {
+    orders.push_back(event(i % 2 ? "OrderShipped" : "OrderPlaced", "Order",
+                           "o-" + std::to_string(i % 10), i));
+  }
+  for (int i = 0; i < 100; ++i) {
+    payments.push_back(event("PaymentCaptured", "Payment", "p-" + std::to_string(i), i));
+  }
+  payments.push_back(event("PaymentCaptured", "Payment", "reject", 1000));
+  for (int i = 0; i < 5; ++i) {
+    unroutable.push_back(event("UserCreated", "User", "u", i));
+  }
+  insert(orders);
+  insert(payments);
+  insert(unroutable);
+
+  RelayProcess relay(dir_, database_toml() + R"(
+[poller]
+interval = "100ms"
+[admin]
+port = 0
+[publishers.kafka]
+type = "kafka"
+brokers = ")" + kafka.bootstraps() + R"("
+[publishers.hooks]
+type = "http"
+[[routes]]
+event_type = "Order*"
+publisher = "kafka"
+target = "{event_type}-out-0"
+[[routes]]
+aggregate_type = "Payment"
+publisher = "hooks"
+target = ")" + http.url("/hooks/{aggregate_id}") + "\"\n");
+
+  ASSERT_TRUE(wait_until([&] {
+    auto c = counts();
+    return c[1] == 400 && c[3] == 6;
+  }, 60s)) << relay.log();
+
+  // Kafka: every order once, keyed by aggregate id, with the outbox headers.
+  auto messages = testing::consume(kafka.bootstraps(), {"OrderPlaced-out-0", "OrderShipped-out-0"},
+                                   orders.size());
+  ASSERT_EQ(messages.size(), orders.size());
+  std::set<std::string> kafka_ids;
+  for (const auto& m : messages) {
+    const auto& id = m.headers.at(kafka::kHeaderEventId);
+    kafka_ids.insert(id);
+    EXPECT_EQ(m.topic, m.headers.at(kafka::kHeaderEventType) + "-out-0");
+    EXPECT_EQ(m.key, m.headers.at(kafka::kHeaderAggregateId));
+    EXPECT_EQ(m.headers.at("traceparent").rfind("00-trace-", 0), 0u);
+  }
+  for (const auto& e : orders) {
+    EXPECT_TRUE(kafka_ids.contains(e.event_id()));
+  }
+
+  // HTTP: one POST per payment, on the templated path; the 400 went DEAD at once.
+  std::set<std::string> http_ids;
+  for (const auto& r : http.received()) {
+    http_ids.insert(r.header("X-Outbox-Event-Id"));
+    EXPECT_EQ(r.path, "/hooks/" + r.header("X-Outbox-Aggregate-Id"));
+  }
+  for (const auto& e : payments) {
+    EXPECT_TRUE(http_ids.contains(e.event_id()));
+  }
+  auto rejected = store_->find(*pool_->acquire(), payments.back().event_id());
+  EXPECT_EQ(rejected->status, EventStatus::Dead);
+  EXPECT_EQ(rejected->attempts, 1);
+  EXPECT_EQ(rejected->last_error, "HTTP 400: amount must be positive");
+  auto user = store_->find(*pool_->acquire(), unroutable[0].event_id());
+  EXPECT_EQ(user->status, EventStatus::Dead);
+  EXPECT_NE(user->last_error->find("no listener"), std::string::npos);
+
+  EXPECT_EQ(relay.terminate(), 0);
+}
+
+TEST_P(RelayE2E, HttpOutageIsRetriedAndTheBacklogDrainsInBatchesWhenItRecovers) {
+  testing::HttpTestServer http;
+  std::atomic<bool> down{true};
+  http.respond([&](const testing::ReceivedRequest&, httplib::Response& res) {
+    if (down) {
+      res.status = 503;
+      res.set_content("maintenance", "text/plain");
+    }
+  });
+  std::vector<EventEnvelope> events;
+  for (int i = 0; i < 200; ++i) {
+    events.push_back(event("PaymentCaptured", "Payment", "p-" + std::to_string(i), i));
+  }
+  insert(events);
+  RelayProcess relay(dir_, database_toml() + R"(
+[poller]
+interval = "100ms"
+[dispatcher]
+workers = 8
+backoff_base = "100ms"
+backoff_max = "400ms"
+max_attempts = 1000
+[admin]
+port = 0
+[publishers.batch]
+type = "http"
+mode = "batch"
+batch_size = 8
+[[routes]]
+publisher = "batch"
+target = ")" + http.url("/api/events/batch") + "\"\n");
+
+  // While the endpoint is down: attempts pile up as RETRY, nothing is DONE or DEAD.
+  ASSERT_TRUE(wait_until([&] { return counts()[2] >= 50; }, 60s)) << relay.log();
+  auto during = counts();
+  EXPECT_EQ(during[1], 0);
+  EXPECT_EQ(during[3], 0);
+  down = false;
+  ASSERT_TRUE(wait_until([&] { return counts()[1] == 200; }, 60s)) << relay.log();
+
+  std::set<std::string> delivered;
+  std::size_t largest = 0;
+  for (const auto& r : http.received()) {
+    auto array = nlohmann::json::parse(r.body);
+    largest = std::max(largest, array.size());
+    for (const auto& item : array) {
+      delivered.insert(item.at("event_id").get<std::string>());
+    }
+  }
+  EXPECT_EQ(delivered.size(), 200u);
+  EXPECT_LE(largest, 8u);
+
+  // The outage is visible in the metrics as retriable results of this publisher.
+  httplib::Client admin("127.0.0.1", relay.admin_port());
+  auto metrics = admin.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_NE(metrics->body.find("outbox_publish_total{publisher=\"batch\",result=\"retriable\"}"),
+            std::string::npos);
+  EXPECT_EQ(relay.terminate(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, RelayE2E, ::testing::Values("sqlite", "postgres"),
+                         [](const auto& info) { return info.param; });
+
+TEST(RelayE2EAdmin, EndpointsAuthorisationMethodsAndPrometheusText) {
+  testing::TempDir dir;
+  const std::string url = "sqlite://" + dir.file("admin.db");
+  ASSERT_EQ(run_cli(dir, "migrate --db " + url).exit_code, 0);
+  auto pool = open_pool(url, 1);
+  auto store = detect_store(*pool->acquire());
+  std::vector<EventEnvelope> events;
+  for (int i = 0; i < 3; ++i) {
+    events.push_back(event("Nobody", "Thing", "t", i));
+  }
+  store->insert_batch(*pool->acquire(), events);
+  RelayProcess relay(dir, "[database]\nurl = \"" + url + R"("
+[poller]
+interval = "100ms"
+[admin]
+port = 0
+token = "admin-secret"
+[publishers.dev]
+type = "log"
+path = ")" + dir.file("events.jsonl") + R"("
+[[routes]]
+event_type = "Known*"
+publisher = "dev"
+)");
+  ASSERT_TRUE(wait_until([&] { return store->count_by_status(*pool->acquire())[3] == 3; }));
+  httplib::Client admin("127.0.0.1", relay.admin_port());
+  const httplib::Headers auth = {{"Authorization", "Bearer admin-secret"}};
+
+  EXPECT_EQ(admin.Get("/healthz")->status, 200);
+  EXPECT_EQ(admin.Get("/readyz")->status, 200);
+  auto metrics = admin.Get("/metrics");
+  ASSERT_EQ(metrics->status, 200);
+  EXPECT_NE(metrics->body.find("outbox_dispatch_dead_total 3"), std::string::npos)
+      << metrics->body;
+  const auto metrics_file = dir.file("metrics.txt");
+  std::ofstream(metrics_file) << metrics->body;
+  EXPECT_EQ(std::system(("promtool check metrics < " + metrics_file).c_str()), 0);
+
+  EXPECT_EQ(admin.Get("/api/status")->status, 401);
+  auto status = admin.Get("/api/status", auth);
+  ASSERT_EQ(status->status, 200);
+  auto s = nlohmann::json::parse(status->body);
+  EXPECT_EQ(s.at("dead"), 3);
+  EXPECT_EQ(s.at("dead_by_type").at("Nobody"), 3);
+
+  auto dead = admin.Get("/api/dead?type=Nobody&limit=2", auth);
+  ASSERT_EQ(dead->status, 200);
+  auto rows = nlohmann::json::parse(dead->body);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_NE(rows[0].at("last_error").get<std::string>().find("no listener"), std::string::npos);
+  EXPECT_EQ(admin.Get("/api/dead?limit=0", auth)->status, 400);
+
+  const std::string replay = "/api/dead/" + events[0].event_id() + "/replay";
+  EXPECT_EQ(admin.Get(replay, auth)->status, 405);
+  EXPECT_EQ(admin.Put(replay, auth, "", "text/plain")->status, 405);
+  EXPECT_EQ(admin.Post("/api/status", auth, "", "text/plain")->status, 405);
+  EXPECT_EQ(admin.Post(replay, "", "text/plain")->status, 401);
+  auto replayed = admin.Post(replay, auth, "", "text/plain");
+  ASSERT_EQ(replayed->status, 200);
+  EXPECT_EQ(admin.Post("/api/dead/nope/replay", auth, "", "text/plain")->status, 404);
+  // Replayed, delivered again, still unroutable: DEAD again, counted twice in total.
+  ASSERT_TRUE(wait_until([&] {
+    auto m = admin.Get("/metrics");
+    return m && m->body.find("outbox_dispatch_dead_total 4") != std::string::npos;
+  }));
+  EXPECT_EQ(relay.terminate(), 0);
+}
+
+TEST(RelayE2ECli, StatusDeadReplayPurgeAndConfigErrors) {
+  testing::TempDir dir;
+  const std::string url = "sqlite://" + dir.file("cli.db");
+  ASSERT_EQ(run_cli(dir, "migrate --db " + url).exit_code, 0);
+  auto again = run_cli(dir, "migrate --db " + url);
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_NE(again.out.find("already at schema version 1"), std::string::npos);
+
+  auto pool = open_pool(url, 1);
+  auto store = detect_store(*pool->acquire());
+  std::vector<EventEnvelope> events;
+  for (int i = 0; i < 4; ++i) {
+    events.push_back(event(i < 3 ? "A" : "B", "Agg", "x", i));
+  }
+  store->insert_batch(*pool->acquire(), events);
+  for (const auto& e : events) {
+    store->mark_dead(*pool->acquire(), e.event_id(), "broken");
+  }
+  auto status = run_cli(dir, "status --json --db " + url);
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  auto s = nlohmann::json::parse(status.out);
+  EXPECT_EQ(s.at("dead"), 4);
+  EXPECT_EQ(s.at("dead_by_type").at("A"), 3);
+  EXPECT_TRUE(s.at("oldest_pending_age_seconds").is_null());
+
+  auto list = run_cli(dir, "dead list --json --type A --db " + url);
+  ASSERT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_EQ(nlohmann::json::parse(list.out).size(), 3u);
+  EXPECT_EQ(run_cli(dir, "dead replay --db " + url + " " + events[3].event_id()).exit_code, 0);
+  EXPECT_EQ(run_cli(dir, "dead replay --db " + url + " missing-id").exit_code, 1);
+  auto all = run_cli(dir, "dead replay-all --type A --db " + url);
+  EXPECT_EQ(all.out, "replayed 3\n");
+  auto text = run_cli(dir, "status --db " + url);
+  EXPECT_NE(text.out.find("new    4"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("oldest pending: "), std::string::npos);
+
+  store->mark_done_batch(*pool->acquire(), {events[0].event_id(), events[1].event_id()},
+                         Clock::system()->now() - std::chrono::hours(24 * 8));
+  auto purged = run_cli(dir, "purge --older-than 7d --db " + url);
+  EXPECT_EQ(purged.out, "purged 2\n") << purged.err;
+  EXPECT_EQ(run_cli(dir, "purge --older-than 7 --db " + url).exit_code, 2);
+
+  // Bad input: one line on stderr, non-zero exit; configuration errors name the line.
+  std::ofstream(dir.file("bad.toml")) << "[database]\nurl = \"" << url
+                                      << "\"\n[publishers.p]\ntype = \"log\"\n"
+                                         "[[routes]]\npublisher = \"p\"\ntarget = \"{oops}\"\n";
+  auto bad = run_cli(dir, "relay -c " + dir.file("bad.toml"));
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("bad.toml:5:"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("unknown placeholder {oops}"), std::string::npos) << bad.err;
+  EXPECT_EQ(run_cli(dir, "status --db oracle://x").exit_code, 2);
+  EXPECT_NE(run_cli(dir, "frobnicate").exit_code, 0);
+  auto help = run_cli(dir, "dead replay-all --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("--aggregate"), std::string::npos);
+  auto missing_table = run_cli(dir, "status --table nope --db " + url);
+  EXPECT_EQ(missing_table.exit_code, 1);
+  EXPECT_FALSE(missing_table.err.empty());
+}
+
+}  // namespace
+}  // namespace outbox
