@@ -1,15 +1,40 @@
 #include "outbox/outbox.hpp"
 
+#include <mutex>
 #include <stdexcept>
 
 #include "outbox/dispatcher.hpp"
 #include "outbox/listener.hpp"
+#include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
 #include "outbox/purge.hpp"
+#include "outbox/sql/connection.hpp"
 #include "outbox/store.hpp"
 #include "outbox/tx_context.hpp"
 
 namespace outbox {
+
+struct Outbox::ClaimRelease {
+  std::shared_ptr<sql::ConnectionProvider> provider;
+  std::shared_ptr<OutboxStore> store;
+  std::string owner;
+  std::once_flag once;
+
+  void run() {
+    std::call_once(once, [this] {
+      try {
+        auto conn = provider->acquire();
+        const int freed = store->release_claims(*conn, owner);
+        if (freed > 0) {
+          log(LogLevel::Info, "released " + std::to_string(freed) + " claimed events of " + owner);
+        }
+      } catch (const std::exception& e) {  // the claims then expire after the lock timeout
+        log(LogLevel::Warning, std::string("could not release claims of ") + owner + ": " +
+                                   e.what());
+      }
+    });
+  }
+};
 
 Outbox Outbox::single_node(Options options) {
   return build(std::move(options), Mode::SingleNode);
@@ -33,6 +58,7 @@ Outbox& Outbox::operator=(Outbox&& other) noexcept {
     poller_ = std::move(other.poller_);
     purge_ = std::move(other.purge_);
     writer_ = std::move(other.writer_);
+    claim_release_ = std::move(other.claim_release_);
   }
   return *this;
 }
@@ -50,6 +76,9 @@ void Outbox::close() {
   }
   if (dispatcher_) {
     dispatcher_->close();
+  }
+  if (claim_release_) {
+    claim_release_->run();
   }
 }
 
@@ -125,6 +154,12 @@ Outbox Outbox::build(Options o, Mode mode) {
         .json_codec = o.json_codec,
         .clock = o.clock,
     });
+    if (o.claim_locking) {
+      outbox.claim_release_ = std::make_unique<ClaimRelease>();
+      outbox.claim_release_->provider = o.connection_provider;
+      outbox.claim_release_->store = o.store;
+      outbox.claim_release_->owner = o.claim_locking->owner;
+    }
     if (mode != Mode::Ordered) {
       hook = std::make_shared<DispatcherWriterHook>(
           *outbox.dispatcher_, o.metrics, o.claim_locking ? o.claim_locking->owner : std::string());

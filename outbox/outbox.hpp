@@ -81,7 +81,8 @@ class Outbox {
   OutboxDispatcher* dispatcher() { return dispatcher_.get(); }
   /// The poller (nullptr in writer_only mode).
   OutboxPoller* poller() { return poller_.get(); }
-  /// Stops purge, poller, then drains the dispatcher. Idempotent.
+  /// Stops purge, poller, then drains the dispatcher; in multi_node mode then releases the rows
+  /// this node still holds claimed, so other nodes take them at once. Idempotent.
   void close();
 
  private:
@@ -93,6 +94,8 @@ class Outbox {
   std::unique_ptr<OutboxPoller> poller_;
   std::unique_ptr<OutboxPurgeScheduler> purge_;
   std::unique_ptr<OutboxWriter> writer_;
+  struct ClaimRelease;  // multi_node: what close() needs to free this node's claims, once
+  std::unique_ptr<ClaimRelease> claim_release_;
 };
 
 }  // namespace outbox

@@ -112,6 +112,9 @@ class OutboxStore {
   virtual std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) = 0;
   /// Rows per status (NEW, DONE, RETRY, DEAD in that order).
   virtual std::vector<std::int64_t> count_by_status(sql::Connection& conn) = 0;
+  /// Releases the pending rows `owner` still holds (a stopping node that will not process them),
+  /// so other nodes can claim them at once instead of after the lock timeout. Returns rows freed.
+  virtual int release_claims(sql::Connection& conn, std::string_view owner) = 0;
   /// DEAD rows per event type, most first.
   virtual std::vector<std::pair<std::string, std::int64_t>> count_dead_by_type(
       sql::Connection& conn) = 0;

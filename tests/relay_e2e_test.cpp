@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <condition_variable>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -70,14 +71,23 @@ class RelayProcess {
     })) << log;
     return m.empty() ? 0 : std::stoi(m[1]);
   }
-  // SIGTERM, then the exit code (nullopt if it did not exit in time).
+  // Once started (signals are handled from then on): SIGTERM, then the exit code (nullopt if it
+  // did not exit in time).
   std::optional<int> terminate() {
+    EXPECT_TRUE(wait_until([&] { return log().find("relay started") != std::string::npos; }));
     kill(pid_, SIGTERM);
     auto code = testing::wait_exit(pid_, std::chrono::seconds(60));
     pid_ = -1;
     return code;
   }
   std::string log() const { return read_file(log_); }
+  pid_t pid() const { return pid_; }
+  // Waits for an exit already asked for; the exit code (nullopt if not in time).
+  std::optional<int> wait() {
+    auto code = testing::wait_exit(pid_, std::chrono::seconds(60));
+    pid_ = -1;
+    return code;
+  }
 
  private:
   std::string log_;
@@ -280,6 +290,75 @@ target = ")" + http.url("/api/events/batch") + "\"\n");
   EXPECT_NE(metrics->body.find("outbox_publish_total{publisher=\"batch\",result=\"retriable\"}"),
             std::string::npos);
   EXPECT_EQ(relay.terminate(), 0);
+}
+
+TEST_P(RelayE2E, SigtermFinishesInFlightWorkReleasesClaimsAndARestartDeliversTheRest) {
+  testing::HttpTestServer http;
+  std::mutex gate_mutex;
+  std::condition_variable gate;
+  bool open = false;
+  http.respond([&](const testing::ReceivedRequest&, httplib::Response&) {
+    std::unique_lock lock(gate_mutex);
+    gate.wait(lock, [&] { return open; });
+  });
+  std::vector<EventEnvelope> events;
+  for (int i = 0; i < 200; ++i) {
+    events.push_back(event("PaymentCaptured", "Payment", "p-" + std::to_string(i), i));
+  }
+  insert(events);
+  // A 10-minute lock expiry: the restart below can only deliver quickly if claims were released.
+  const std::string config = database_toml() + R"(
+[poller]
+interval = "100ms"
+batch = 50
+lock_expiry = "10m"
+[dispatcher]
+workers = 4
+queue = 8
+drain_timeout = "30s"
+[admin]
+enabled = false
+[publishers.hooks]
+type = "http"
+[[routes]]
+publisher = "hooks"
+target = ")" + http.url("/hooks") + "\"\n";
+  {
+    RelayProcess relay(dir_, config);
+    ASSERT_TRUE(wait_until([&] { return http.count() >= 4; })) << relay.log();
+    ASSERT_TRUE(wait_until([&] { return relay.log().find("relay started") != std::string::npos; }));
+    kill(relay.pid(), SIGTERM);
+    ASSERT_TRUE(wait_until([&] { return relay.log().find("draining") != std::string::npos; }));
+    {
+      std::lock_guard lock(gate_mutex);
+      open = true;
+    }
+    gate.notify_all();
+    EXPECT_EQ(relay.wait(), 0) << relay.log();
+  }
+  auto c = counts();
+  EXPECT_EQ(c[0] + c[1], 200) << "no RETRY or DEAD from shutting down";
+  EXPECT_GE(c[1], 4) << "in-flight deliveries finished";
+  EXPECT_LT(c[1], 200) << "stopped before the end";
+  std::set<std::string> received;
+  for (const auto& r : http.received()) {
+    received.insert(r.header("X-Outbox-Event-Id"));
+  }
+  for (const auto& e : events) {
+    auto row = store_->find(*pool_->acquire(), e.event_id());
+    if (row->status == EventStatus::Done) {
+      EXPECT_TRUE(received.contains(e.event_id()));
+    } else {
+      EXPECT_EQ(row->locked_by, std::nullopt) << "claim released for " << e.event_id();
+    }
+  }
+  RelayProcess restarted(dir_, config);
+  ASSERT_TRUE(wait_until([&] { return counts()[1] == 200; }, 60s)) << restarted.log();
+  for (const auto& r : http.received()) {
+    received.insert(r.header("X-Outbox-Event-Id"));
+  }
+  EXPECT_EQ(received.size(), 200u);
+  EXPECT_EQ(restarted.terminate(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, RelayE2E, ::testing::Values("sqlite", "postgres"),

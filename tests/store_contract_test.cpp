@@ -354,6 +354,21 @@ TEST_P(StoreContract, ClaimLocksRowsUntilExpiry) {
   }
 }
 
+TEST_P(StoreContract, ReleasedClaimsAreClaimableAtOnce) {
+  for (int i = 0; i < 4; ++i) {
+    insert("c" + std::to_string(i), t0 + std::chrono::seconds(i));
+  }
+  const auto now = t0 + 100s;
+  ASSERT_EQ(store().claim_pending(conn(), "node-a", now, 60s, 0us, 3).size(), 3u);
+  store().mark_done(conn(), "c0", now);  // finished rows are not touched by a release
+  EXPECT_EQ(store().release_claims(conn(), "node-a"), 2);
+  EXPECT_EQ(store().release_claims(conn(), "node-a"), 0);
+  auto taken = store().claim_pending(conn(), "node-b", now, 60s, 0us, 10);
+  ASSERT_EQ(taken.size(), 3u);
+  EXPECT_EQ(taken[0].event_id, "c1");
+  EXPECT_EQ(status("c0"), EventStatus::Done);
+}
+
 TEST_P(StoreContract, RowsBornClaimedAreLeftToTheirOwnerUntilExpiry) {
   store().insert_new(conn(), event("mine", t0), "node-a");
   auto row = store().find(conn(), "mine");

@@ -368,6 +368,13 @@ std::vector<std::int64_t> MySqlOutboxStore::count_by_status(sql::Connection& con
   return internal::count_by_status(conn, options_.table);
 }
 
+int MySqlOutboxStore::release_claims(sql::Connection& conn, std::string_view owner) {
+  return to_int(conn.execute("UPDATE " + options_.table +
+                                 " SET locked_by = NULL, locked_at = NULL WHERE locked_by = ? "
+                                 "AND status IN (0, 2)",
+                             {TextRef{owner}}));
+}
+
 std::vector<std::pair<std::string, std::int64_t>> MySqlOutboxStore::count_dead_by_type(
     sql::Connection& conn) {
   return internal::count_dead_by_type(conn, options_.table);

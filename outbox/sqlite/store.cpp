@@ -249,6 +249,13 @@ std::vector<std::int64_t> SqliteOutboxStore::count_by_status(sql::Connection& co
   return internal::count_by_status(conn, table_);
 }
 
+int SqliteOutboxStore::release_claims(sql::Connection& conn, std::string_view owner) {
+  return static_cast<int>(conn.execute("UPDATE " + table_ +
+                                 " SET locked_by = NULL, locked_at = NULL WHERE locked_by = ? "
+                                 "AND status IN (0, 2)",
+                             {TextRef{owner}}));
+}
+
 std::vector<std::pair<std::string, std::int64_t>> SqliteOutboxStore::count_dead_by_type(
     sql::Connection& conn) {
   return internal::count_dead_by_type(conn, table_);

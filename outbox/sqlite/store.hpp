@@ -47,6 +47,7 @@ class SqliteOutboxStore final : public OutboxStore {
   int count_dead(sql::Connection& conn, std::optional<std::string_view> event_type) override;
   std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) override;
   std::vector<std::int64_t> count_by_status(sql::Connection& conn) override;
+  int release_claims(sql::Connection& conn, std::string_view owner) override;
   std::vector<std::pair<std::string, std::int64_t>> count_dead_by_type(
       sql::Connection& conn) override;
   std::optional<Timestamp> oldest_pending(sql::Connection& conn) override;
