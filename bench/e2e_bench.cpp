@@ -491,7 +491,8 @@ int main(int argc, char** argv) {
   outbox::set_log_level(outbox::LogLevel::Error);
   try {
     Bench b{parse(argc, argv)};
-    b.pool = outbox::open_pool(b.cfg.db, static_cast<std::size_t>(b.cfg.writers + b.cfg.workers + 4));
+    b.pool =
+        outbox::open_pool(b.cfg.db, static_cast<std::size_t>(b.cfg.writers + b.cfg.workers + 4));
     return b.run();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "outbox-bench: %s\n", e.what());

@@ -29,8 +29,8 @@ struct Outbox::ClaimRelease {
           log(LogLevel::Info, "released " + std::to_string(freed) + " claimed events of " + owner);
         }
       } catch (const std::exception& e) {  // the claims then expire after the lock timeout
-        log(LogLevel::Warning, std::string("could not release claims of ") + owner + ": " +
-                                   e.what());
+        log(LogLevel::Warning,
+            std::string("could not release claims of ") + owner + ": " + e.what());
       }
     });
   }

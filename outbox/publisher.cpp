@@ -41,13 +41,12 @@ void append_optional(std::string& out, const std::optional<std::string>& value) 
 class JsonChecker {
  public:
   explicit JsonChecker(std::string_view s) : s_(s) {}
-  bool check() {
-    return value(0) && (skip_ws(), p_ == s_.size());
-  }
+  bool check() { return value(0) && (skip_ws(), p_ == s_.size()); }
 
  private:
   void skip_ws() {
-    while (p_ < s_.size() && (s_[p_] == ' ' || s_[p_] == '\t' || s_[p_] == '\n' || s_[p_] == '\r')) {
+    while (p_ < s_.size() &&
+           (s_[p_] == ' ' || s_[p_] == '\t' || s_[p_] == '\n' || s_[p_] == '\r')) {
       ++p_;
     }
   }
@@ -178,7 +177,9 @@ class JsonChecker {
 
 }  // namespace
 
-bool is_valid_json(std::string_view text) noexcept { return JsonChecker(text).check(); }
+bool is_valid_json(std::string_view text) noexcept {
+  return JsonChecker(text).check();
+}
 
 std::string to_json_object(const EventEnvelope& event) {
   std::string out;

@@ -49,11 +49,12 @@ CommandResult run_cli(const testing::TempDir& dir, const std::string& args) {
 // A relay process; killed if the test ends without stopping it.
 class RelayProcess {
  public:
-  RelayProcess(const testing::TempDir& dir, const std::string& config) : log_(dir.file("relay.log")) {
+  RelayProcess(const testing::TempDir& dir, const std::string& config)
+      : log_(dir.file("relay.log")) {
     const auto path = dir.file("relay.toml");
     std::ofstream(path) << config;
-    pid_ = testing::spawn({"/bin/sh", "-c",
-                           "exec '" OUTBOX_CLI_PATH "' relay -c '" + path + "' 2>'" + log_ + "'"});
+    pid_ = testing::spawn(
+        {"/bin/sh", "-c", "exec '" OUTBOX_CLI_PATH "' relay -c '" + path + "' 2>'" + log_ + "'"});
   }
   ~RelayProcess() {
     if (pid_ > 0) {
@@ -157,8 +158,8 @@ TEST_P(RelayE2E, DeliversToKafkaAndWebhooksDeadLettersAndDrainsOnSigterm) {
   });
   std::vector<EventEnvelope> orders, payments, unroutable;
   for (int i = 0; i < 300; ++i) {
-    orders.push_back(event(i % 2 ? "OrderShipped" : "OrderPlaced", "Order",
-                           "o-" + std::to_string(i % 10), i));
+    orders.push_back(
+        event(i % 2 ? "OrderShipped" : "OrderPlaced", "Order", "o-" + std::to_string(i % 10), i));
   }
   for (int i = 0; i < 100; ++i) {
     payments.push_back(event("PaymentCaptured", "Payment", "p-" + std::to_string(i), i));
@@ -178,7 +179,8 @@ interval = "100ms"
 port = 0
 [publishers.kafka]
 type = "kafka"
-brokers = ")" + kafka.bootstraps() + R"("
+brokers = ")" + kafka.bootstraps() +
+                               R"("
 [publishers.hooks]
 type = "http"
 [[routes]]
@@ -188,12 +190,16 @@ target = "{event_type}-out-0"
 [[routes]]
 aggregate_type = "Payment"
 publisher = "hooks"
-target = ")" + http.url("/hooks/{aggregate_id}") + "\"\n");
+target = ")" + http.url("/hooks/{aggregate_id}") +
+                               "\"\n");
 
-  ASSERT_TRUE(wait_until([&] {
-    auto c = counts();
-    return c[1] == 400 && c[3] == 6;
-  }, 60s)) << relay.log();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        auto c = counts();
+        return c[1] == 400 && c[3] == 6;
+      },
+      60s))
+      << relay.log();
 
   // Kafka: every order once, keyed by aggregate id, with the outbox headers.
   auto messages = testing::consume(kafka.bootstraps(), {"OrderPlaced-out-0", "OrderShipped-out-0"},
@@ -261,7 +267,8 @@ mode = "batch"
 batch_size = 8
 [[routes]]
 publisher = "batch"
-target = ")" + http.url("/api/events/batch") + "\"\n");
+target = ")" + http.url("/api/events/batch") +
+                               "\"\n");
 
   // While the endpoint is down: attempts pile up as RETRY, nothing is DONE or DEAD.
   ASSERT_TRUE(wait_until([&] { return counts()[2] >= 50; }, 60s)) << relay.log();
@@ -322,7 +329,8 @@ enabled = false
 type = "http"
 [[routes]]
 publisher = "hooks"
-target = ")" + http.url("/hooks") + "\"\n";
+target = ")" + http.url("/hooks") +
+                             "\"\n";
   {
     RelayProcess relay(dir_, config);
     ASSERT_TRUE(wait_until([&] { return http.count() >= 4; })) << relay.log();
@@ -383,7 +391,8 @@ port = 0
 token = "admin-secret"
 [publishers.dev]
 type = "log"
-path = ")" + dir.file("events.jsonl") + R"("
+path = ")" + dir.file("events.jsonl") +
+                              R"("
 [[routes]]
 event_type = "Known*"
 publisher = "dev"
@@ -396,8 +405,7 @@ publisher = "dev"
   EXPECT_EQ(admin.Get("/readyz")->status, 200);
   auto metrics = admin.Get("/metrics");
   ASSERT_EQ(metrics->status, 200);
-  EXPECT_NE(metrics->body.find("outbox_dispatch_dead_total 3"), std::string::npos)
-      << metrics->body;
+  EXPECT_NE(metrics->body.find("outbox_dispatch_dead_total 3"), std::string::npos) << metrics->body;
   const auto metrics_file = dir.file("metrics.txt");
   std::ofstream(metrics_file) << metrics->body;
   EXPECT_EQ(std::system(("promtool check metrics < " + metrics_file).c_str()), 0);

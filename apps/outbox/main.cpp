@@ -80,8 +80,8 @@ int run_relay(const std::string& config_path) {
   relay.start();
   int received = 0;
   sigwait(&stop_signals, &received);
-  log(LogLevel::Info, std::string("received ") + (received == SIGINT ? "SIGINT" : "SIGTERM") +
-                          ": draining");
+  log(LogLevel::Info,
+      std::string("received ") + (received == SIGINT ? "SIGINT" : "SIGTERM") + ": draining");
   relay.stop();
   return 0;
 }
@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
 
   DbOptions purge_db;
   std::string older_than;
-  auto* purge_cmd = app.add_subcommand("purge", "delete DONE and DEAD events older than a duration");
+  auto* purge_cmd =
+      app.add_subcommand("purge", "delete DONE and DEAD events older than a duration");
   add_db_options(*purge_cmd, purge_db);
   purge_cmd->add_option("--older-than", older_than, "e.g. 7d, 12h, 30m")->required();
 
@@ -172,9 +173,9 @@ int main(int argc, char** argv) {
       auto conn = pool->acquire();
       auto store = detect_store(*conn, status_db.table);
       const auto report = relay::read_status(*conn, *store, Clock::system()->now());
-      std::fputs(status_json ? (relay::to_json(report) + "\n").c_str()
-                             : relay::to_text(report).c_str(),
-                 stdout);
+      std::fputs(
+          status_json ? (relay::to_json(report) + "\n").c_str() : relay::to_text(report).c_str(),
+          stdout);
       return 0;
     }
     if (dead_cmd->parsed()) {

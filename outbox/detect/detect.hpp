@@ -5,8 +5,8 @@
 #include <string>
 
 #include "outbox/json_codec.hpp"
-#include "outbox/sql/pool.hpp"
 #include "outbox/purge.hpp"
+#include "outbox/sql/pool.hpp"
 #include "outbox/store.hpp"
 
 namespace outbox {

@@ -138,8 +138,8 @@ struct HttpPublisher::Impl {
       headers.add("Authorization: Bearer " + options.bearer_token);
     }
     if (!options.hmac_secret.empty()) {
-      headers.add(options.signature_header + ": sha256=" +
-                  hmac_sha256_hex(options.hmac_secret, body));
+      headers.add(options.signature_header +
+                  ": sha256=" + hmac_sha256_hex(options.hmac_secret, body));
     }
     for (const auto& [name, value] : options.headers) {
       headers.add(name + ": " + value);
@@ -154,7 +154,8 @@ struct HttpPublisher::Impl {
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body.data());
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers.list);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options.connect_timeout.count()));
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
+                     static_cast<long>(options.connect_timeout.count()));
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(options.request_timeout.count()));
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect_body);

@@ -23,9 +23,8 @@ EventEnvelope event(int n) {
 
 TEST(HttpPublisher, WebhookPostsPayloadWithMetadataTokenAndSignature) {
   testing::HttpTestServer server;
-  HttpPublisher publisher({.bearer_token = "s3cret",
-                           .hmac_secret = "key",
-                           .headers = {{"X-Env", "test"}}});
+  HttpPublisher publisher(
+      {.bearer_token = "s3cret", .hmac_secret = "key", .headers = {{"X-Env", "test"}}});
   auto e = event(1);
   auto bytes = EventEnvelope::builder(EventType::of("Blob")).payload_bytes({1, 2, 0, 3}).build();
   auto results = publisher.publish(std::vector<PublishRequest>{{&e, server.url("/hooks/orders")},
@@ -140,10 +139,8 @@ TEST(HttpPublisher, ClassifiesStatusesTimeoutsAndConnectionErrors) {
   EXPECT_EQ(kind_of("http://127.0.0.1:1/").kind, Kind::Retriable);
   EXPECT_EQ(kind_of("nope://x").kind, Kind::Permanent);
 
-  auto bad_header = EventEnvelope::builder(EventType::of("H"))
-                        .header("bad name", "v")
-                        .payload_json("{}")
-                        .build();
+  auto bad_header =
+      EventEnvelope::builder(EventType::of("H")).header("bad name", "v").payload_json("{}").build();
   auto r = publisher.publish(std::vector<PublishRequest>{{&bad_header, server.url("/200")}}).at(0);
   EXPECT_EQ(r.kind, Kind::Permanent);
   EXPECT_NE(r.reason.find("bad name"), std::string::npos);

@@ -381,8 +381,8 @@ std::vector<std::pair<std::string, std::int64_t>> MySqlOutboxStore::count_dead_b
 }
 
 std::optional<Timestamp> MySqlOutboxStore::oldest_pending(sql::Connection& conn) {
-  return internal::optional_micros(conn, std::string("SELECT ") + micros("MIN(pending_at)") + " FROM " + options_.table +
-                                             "");
+  return internal::optional_micros(
+      conn, std::string("SELECT ") + micros("MIN(pending_at)") + " FROM " + options_.table + "");
 }
 
 MySqlEventPurger::MySqlEventPurger(std::string table) : table_(std::move(table)) {

@@ -336,8 +336,8 @@ std::vector<std::pair<std::string, std::int64_t>> PostgresOutboxStore::count_dea
 }
 
 std::optional<Timestamp> PostgresOutboxStore::oldest_pending(sql::Connection& conn) {
-  return internal::optional_micros(conn, std::string("SELECT ") + micros("MIN(created_at)") + " FROM " + options_.table +
-                                             " WHERE status IN (0, 2)");
+  return internal::optional_micros(conn, std::string("SELECT ") + micros("MIN(created_at)") +
+                                             " FROM " + options_.table + " WHERE status IN (0, 2)");
 }
 
 PostgresEventPurger::PostgresEventPurger(std::string table) : table_(std::move(table)) {

@@ -31,8 +31,9 @@ struct PrometheusMetrics::Impl {
   std::shared_ptr<pm::Registry> registry = std::make_shared<pm::Registry>();
   pm::Counter& hot_enqueued =
       counter(*registry, "outbox_hot_enqueued_total", "Events queued by the after-commit hot path");
-  pm::Counter& hot_dropped = counter(*registry, "outbox_hot_dropped_total",
-                                     "Hot-path events refused by a full queue (left to the poller)");
+  pm::Counter& hot_dropped =
+      counter(*registry, "outbox_hot_dropped_total",
+              "Hot-path events refused by a full queue (left to the poller)");
   pm::Counter& cold_enqueued =
       counter(*registry, "outbox_cold_enqueued_total", "Events queued by the poller");
   pm::Counter& success =
@@ -40,9 +41,8 @@ struct PrometheusMetrics::Impl {
   pm::Counter& failure =
       counter(*registry, "outbox_dispatch_failure_total", "Failed deliveries scheduled for retry");
   pm::Counter& dead = counter(*registry, "outbox_dispatch_dead_total", "Events marked DEAD");
-  pm::Counter& status_update_failure =
-      counter(*registry, "outbox_status_update_failure_total",
-              "DONE/RETRY/DEAD updates that could not be written");
+  pm::Counter& status_update_failure = counter(*registry, "outbox_status_update_failure_total",
+                                               "DONE/RETRY/DEAD updates that could not be written");
   pm::Family<pm::Gauge>& depth = pm::BuildGauge()
                                      .Name("outbox_queue_depth")
                                      .Help("Events waiting in the dispatcher's queues")
@@ -58,10 +58,11 @@ struct PrometheusMetrics::Impl {
                                            .Name("outbox_publish_total")
                                            .Help("Publications by publisher and result")
                                            .Register(*registry);
-  pm::Family<pm::Histogram>& duration = pm::BuildHistogram()
-                                            .Name("outbox_publish_duration_seconds")
-                                            .Help("Time from publish call to broker/endpoint answer")
-                                            .Register(*registry);
+  pm::Family<pm::Histogram>& duration =
+      pm::BuildHistogram()
+          .Name("outbox_publish_duration_seconds")
+          .Help("Time from publish call to broker/endpoint answer")
+          .Register(*registry);
 
   std::mutex series_mutex;  // guards series
   std::map<std::string, PublisherSeries, std::less<>> series;
@@ -74,11 +75,12 @@ struct PrometheusMetrics::Impl {
       static const pm::Histogram::BucketBoundaries kBuckets = {
           0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
       it = series
-               .emplace(name, PublisherSeries{
-                                  &published.Add({{"publisher", name}, {"result", "ok"}}),
-                                  &published.Add({{"publisher", name}, {"result", "retriable"}}),
-                                  &published.Add({{"publisher", name}, {"result", "permanent"}}),
-                                  &duration.Add({{"publisher", name}}, kBuckets)})
+               .emplace(
+                   name,
+                   PublisherSeries{&published.Add({{"publisher", name}, {"result", "ok"}}),
+                                   &published.Add({{"publisher", name}, {"result", "retriable"}}),
+                                   &published.Add({{"publisher", name}, {"result", "permanent"}}),
+                                   &duration.Add({{"publisher", name}}, kBuckets)})
                .first;
     }
     return it->second;
@@ -88,12 +90,24 @@ struct PrometheusMetrics::Impl {
 PrometheusMetrics::PrometheusMetrics() : impl_(std::make_unique<Impl>()) {}
 PrometheusMetrics::~PrometheusMetrics() = default;
 
-void PrometheusMetrics::increment_hot_enqueued() { impl_->hot_enqueued.Increment(); }
-void PrometheusMetrics::increment_hot_dropped() { impl_->hot_dropped.Increment(); }
-void PrometheusMetrics::increment_cold_enqueued() { impl_->cold_enqueued.Increment(); }
-void PrometheusMetrics::increment_dispatch_success() { impl_->success.Increment(); }
-void PrometheusMetrics::increment_dispatch_failure() { impl_->failure.Increment(); }
-void PrometheusMetrics::increment_dispatch_dead() { impl_->dead.Increment(); }
+void PrometheusMetrics::increment_hot_enqueued() {
+  impl_->hot_enqueued.Increment();
+}
+void PrometheusMetrics::increment_hot_dropped() {
+  impl_->hot_dropped.Increment();
+}
+void PrometheusMetrics::increment_cold_enqueued() {
+  impl_->cold_enqueued.Increment();
+}
+void PrometheusMetrics::increment_dispatch_success() {
+  impl_->success.Increment();
+}
+void PrometheusMetrics::increment_dispatch_failure() {
+  impl_->failure.Increment();
+}
+void PrometheusMetrics::increment_dispatch_dead() {
+  impl_->dead.Increment();
+}
 void PrometheusMetrics::increment_status_update_failure() {
   impl_->status_update_failure.Increment();
 }

@@ -168,12 +168,13 @@ AdminServer::AdminServer(const std::string& host, int port, std::string token,
     port_ = -1;
   }
   if (port_ <= 0) {
-    throw std::runtime_error("admin server: cannot listen on " + host + ":" +
-                             std::to_string(port));
+    throw std::runtime_error("admin server: cannot listen on " + host + ":" + std::to_string(port));
   }
 }
 
-AdminServer::~AdminServer() { stop(); }
+AdminServer::~AdminServer() {
+  stop();
+}
 
 void AdminServer::start() {
   if (impl_->started) {

@@ -10,12 +10,12 @@ namespace outbox::relay {
 
 /// What the admin endpoints call; each may throw (answered 500 with the message, 503 for ready).
 struct AdminHandlers {
-  std::function<void()> check_ready;            ///< throws when the database is unreachable
-  std::function<std::string()> metrics;         ///< Prometheus text
-  std::function<std::string()> status_json;     ///< StatusReport as JSON
+  std::function<void()> check_ready;         ///< throws when the database is unreachable
+  std::function<std::string()> metrics;      ///< Prometheus text
+  std::function<std::string()> status_json;  ///< StatusReport as JSON
   std::function<std::string(std::optional<std::string> type, std::optional<std::string> aggregate,
                             int limit)>
-      dead_json;                                ///< DEAD rows as JSON
+      dead_json;                                      ///< DEAD rows as JSON
   std::function<bool(const std::string& id)> replay;  ///< false: no DEAD row with that id
 };
 

@@ -61,8 +61,7 @@ TEST(BatchingPublisher, CallersWaitingBehindABatchLeaveTogetherWithTheirOwnResul
   for (int i = 0; i < 6; ++i) {
     callers.emplace_back([&, i] {
       ++queued;
-      results[i] =
-          batching.publish(std::vector<PublishRequest>{{&e, i == 3 ? "bad" : "ok"}}).at(0);
+      results[i] = batching.publish(std::vector<PublishRequest>{{&e, i == 3 ? "bad" : "ok"}}).at(0);
     });
   }
   while (queued.load() < 6) {

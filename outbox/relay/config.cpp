@@ -289,9 +289,9 @@ RelayConfig read(const toml::table& root, const std::string& source) {
       }
     }
     if (publisher == nullptr) {
-      r.fail(route.publisher.empty() ? "routes.publisher is required"
-                                     : "routes.publisher '" + route.publisher +
-                                           "' is not a [publishers.<name>] table");
+      r.fail(route.publisher.empty()
+                 ? "routes.publisher is required"
+                 : "routes.publisher '" + route.publisher + "' is not a [publishers.<name>] table");
     }
     if (route.target.empty() && publisher->type != PublisherConfig::Type::Log) {
       r.fail("routes.target (topic or URL) is required for publisher '" + route.publisher + "'");
@@ -318,11 +318,16 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
                                 "' is not a duration (a whole number and ms, s, m, h or d)");
   }
   const std::int64_t n = std::stoll(std::string(text.substr(0, digits)));
-  if (unit == "ms") return std::chrono::milliseconds(n);
-  if (unit == "s") return std::chrono::seconds(n);
-  if (unit == "m") return std::chrono::minutes(n);
-  if (unit == "h") return std::chrono::hours(n);
-  if (unit == "d") return std::chrono::hours(24 * n);
+  if (unit == "ms")
+    return std::chrono::milliseconds(n);
+  if (unit == "s")
+    return std::chrono::seconds(n);
+  if (unit == "m")
+    return std::chrono::minutes(n);
+  if (unit == "h")
+    return std::chrono::hours(n);
+  if (unit == "d")
+    return std::chrono::hours(24 * n);
   throw std::invalid_argument("'" + std::string(text) +
                               "' is not a duration (a whole number and ms, s, m, h or d)");
 }

@@ -79,7 +79,8 @@ TEST(RelayConfig, ParsesEveryTableWithDefaultsAndEnvironment) {
   EXPECT_EQ(hooks.request_timeout, 3s);
   const PublisherConfig* kafka = nullptr;
   for (const auto& p : c.publishers) {
-    if (p.name == "kafka-main") kafka = &p;
+    if (p.name == "kafka-main")
+      kafka = &p;
   }
   ASSERT_NE(kafka, nullptr);
   EXPECT_EQ(kafka->brokers, "k1:9092,k2:9092");
@@ -104,26 +105,33 @@ void expect_error(const std::string& text, const std::string& where, const std::
 }
 
 TEST(RelayConfig, ErrorsNameTheLine) {
-  const std::string head =
-      "[database]\nurl = \"sqlite:///x.db\"\n[publishers.p]\ntype = \"log\"\n";
+  const std::string head = "[database]\nurl = \"sqlite:///x.db\"\n[publishers.p]\ntype = \"log\"\n";
   const std::string route = "[[routes]]\npublisher = \"p\"\n";
   expect_error("[database\nurl = 1\n", "1:", "");  // TOML syntax
-  expect_error(head + route + "[poller]\nintervall = \"1s\"\n", "8:", "unknown key 'poller.intervall'");
+  expect_error(head + route + "[poller]\nintervall = \"1s\"\n",
+               "8:", "unknown key 'poller.intervall'");
   expect_error(head + route + "[poller]\ninterval = 5\n", "8:", "duration string");
   expect_error(head + route + "[poller]\ninterval = \"5 parsecs\"\n", "8:", "not a duration");
   expect_error(head + route + "[dispatcher]\nworkers = 0\n", "8:", "between 1 and 1024");
   expect_error(head + "[[routes]]\npublisher = \"kafak\"\n", "5:", "'kafak' is not a [publishers");
-  expect_error(head + "[[routes]]\npublisher = \"p\"\ntarget = \"{evnt_type}\"\n", "5:",
-               "unknown placeholder {evnt_type}");
+  expect_error(head + "[[routes]]\npublisher = \"p\"\ntarget = \"{evnt_type}\"\n",
+               "5:", "unknown placeholder {evnt_type}");
   expect_error(head + "[publishers.k]\ntype = \"kafka\"\n" + route, "5:", "brokers is required");
-  expect_error(head + "[publishers.h]\ntype = \"http\"\nmode = \"bulk\"\n" + route, "7:",
-               "webhook");
+  expect_error(head + "[publishers.h]\ntype = \"http\"\nmode = \"bulk\"\n" + route,
+               "7:", "webhook");
   expect_error(head + "[publishers.h]\ntype = \"smtp\"\n" + route, "6:", "not one of kafka");
-  expect_error(head + route + "[admin]\ntoken = \"${OUTBOX_TEST_UNSET_VARIABLE}\"\n", "8:",
-               "OUTBOX_TEST_UNSET_VARIABLE is not set");
+  expect_error(head + route + "[admin]\ntoken = \"${OUTBOX_TEST_UNSET_VARIABLE}\"\n",
+               "8:", "OUTBOX_TEST_UNSET_VARIABLE is not set");
   expect_error(head, "1:1:", "[[routes]]");
   expect_error("[publishers.p]\ntype = \"log\"\n" + route, "1:1:", "database.url is required");
   EXPECT_THROW(load_config("/nonexistent/relay.toml"), ConfigError);
+}
+
+TEST(RelayConfig, ShippedExampleIsValid) {
+  auto c = load_config(OUTBOX_SOURCE_DIR "/examples/relay.toml");
+  EXPECT_EQ(c.publishers.size(), 3u);
+  EXPECT_EQ(c.routes.size(), 3u);
+  EXPECT_EQ(c.routes[0].target, "{event_type}-out-0");
 }
 
 TEST(RelayConfig, Durations) {

@@ -35,7 +35,8 @@ StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp no
 
 std::string to_json(const StatusReport& r) {
   std::string out = "{\"new\":" + std::to_string(r.new_count) +
-                    ",\"done\":" + std::to_string(r.done) + ",\"retry\":" + std::to_string(r.retry) +
+                    ",\"done\":" + std::to_string(r.done) +
+                    ",\"retry\":" + std::to_string(r.retry) +
                     ",\"dead\":" + std::to_string(r.dead) + ",\"oldest_pending_age_seconds\":";
   if (r.oldest_pending_age) {
     char buf[32];

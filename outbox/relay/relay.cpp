@@ -26,8 +26,10 @@ namespace {
 std::shared_ptr<Publisher> make_publisher(const PublisherConfig& p) {
   switch (p.type) {
     case PublisherConfig::Type::Kafka:
-      return std::make_shared<kafka::KafkaPublisher>(kafka::KafkaPublisher::Options{
-          .brokers = p.brokers, .properties = p.properties, .delivery_timeout = p.delivery_timeout});
+      return std::make_shared<kafka::KafkaPublisher>(
+          kafka::KafkaPublisher::Options{.brokers = p.brokers,
+                                         .properties = p.properties,
+                                         .delivery_timeout = p.delivery_timeout});
     case PublisherConfig::Type::Http: {
       auto http = std::make_shared<http::HttpPublisher>(http::HttpPublisher::Options{
           .mode = p.batch ? http::HttpPublisher::Mode::Batch : http::HttpPublisher::Mode::Webhook,
@@ -133,9 +135,9 @@ struct Relay::Impl {
     if (config.dispatcher.ordered) {
       outbox = std::make_unique<Outbox>(Outbox::ordered(std::move(o)));
     } else {
-      o.claim_locking = ClaimLocking{
-          .owner = config.poller.owner.empty() ? default_owner() : config.poller.owner,
-          .lock_timeout = config.poller.lock_expiry};
+      o.claim_locking =
+          ClaimLocking{.owner = config.poller.owner.empty() ? default_owner() : config.poller.owner,
+                       .lock_timeout = config.poller.lock_expiry};
       outbox = std::make_unique<Outbox>(Outbox::multi_node(std::move(o)));
     }
   }
@@ -155,8 +157,10 @@ struct Relay::Impl {
                          int limit) {
       auto conn = pool->acquire();
       std::optional<std::string_view> t, a;
-      if (type) t = *type;
-      if (aggregate) a = *aggregate;
+      if (type)
+        t = *type;
+      if (aggregate)
+        a = *aggregate;
       return dead_to_json(store->query_dead(*conn, t, a, limit));
     };
     h.replay = [this](const std::string& id) {
@@ -179,8 +183,8 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
     try {
       impl_->store->oldest_pending(*conn);  // cheap (indexed) proof that the table is there
     } catch (const StoreError& e) {
-      throw StoreError("outbox table '" + c.database.table + "' is not usable (run `outbox migrate`" +
-                           " first?): " + e.what(),
+      throw StoreError("outbox table '" + c.database.table +
+                           "' is not usable (run `outbox migrate`" + " first?): " + e.what(),
                        e.sqlstate());
     }
   }
@@ -238,8 +242,12 @@ void Relay::stop() {
   log(LogLevel::Info, "relay stopped");
 }
 
-int Relay::admin_port() const { return impl_->admin ? impl_->admin->port() : 0; }
+int Relay::admin_port() const {
+  return impl_->admin ? impl_->admin->port() : 0;
+}
 
-prometheus::PrometheusMetrics& Relay::metrics() { return *impl_->metrics; }
+prometheus::PrometheusMetrics& Relay::metrics() {
+  return *impl_->metrics;
+}
 
 }  // namespace outbox::relay

@@ -250,10 +250,11 @@ std::vector<std::int64_t> SqliteOutboxStore::count_by_status(sql::Connection& co
 }
 
 int SqliteOutboxStore::release_claims(sql::Connection& conn, std::string_view owner) {
-  return static_cast<int>(conn.execute("UPDATE " + table_ +
-                                 " SET locked_by = NULL, locked_at = NULL WHERE locked_by = ? "
-                                 "AND status IN (0, 2)",
-                             {TextRef{owner}}));
+  return static_cast<int>(
+      conn.execute("UPDATE " + table_ +
+                       " SET locked_by = NULL, locked_at = NULL WHERE locked_by = ? "
+                       "AND status IN (0, 2)",
+                   {TextRef{owner}}));
 }
 
 std::vector<std::pair<std::string, std::int64_t>> SqliteOutboxStore::count_dead_by_type(
@@ -262,8 +263,8 @@ std::vector<std::pair<std::string, std::int64_t>> SqliteOutboxStore::count_dead_
 }
 
 std::optional<Timestamp> SqliteOutboxStore::oldest_pending(sql::Connection& conn) {
-  return internal::optional_micros(conn, std::string("SELECT ") + "MIN(created_at)" + " FROM " + table_ +
-                                             " WHERE status IN (0, 2)");
+  return internal::optional_micros(conn, std::string("SELECT ") + "MIN(created_at)" + " FROM " +
+                                             table_ + " WHERE status IN (0, 2)");
 }
 
 SqliteEventPurger::SqliteEventPurger(std::string table) : table_(std::move(table)) {
