@@ -6,6 +6,7 @@
 
 #include <condition_variable>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -437,6 +438,58 @@ publisher = "dev"
     auto m = admin.Get("/metrics");
     return m && m->body.find("outbox_dispatch_dead_total 4") != std::string::npos;
   }));
+  EXPECT_EQ(relay.terminate(), 0);
+}
+
+TEST(RelayE2EOrdered, OrderedModeKeepsPerAggregateOrderInKafka) {
+  testing::TempDir dir;
+  const std::string url = "sqlite://" + dir.file("ordered.db");
+  ASSERT_EQ(run_cli(dir, "migrate --db " + url).exit_code, 0);
+  testing::KafkaMockCluster kafka;
+  kafka.create_topic("wallet-events", 4);
+  auto pool = open_pool(url, 1);
+  auto store = detect_store(*pool->acquire());
+  std::vector<EventEnvelope> events;
+  for (int i = 0; i < 200; ++i) {
+    events.push_back(event("WalletCredited", "Wallet", "w-" + std::to_string(i % 7), i));
+  }
+  for (std::size_t i = 0; i < events.size(); i += 20) {  // several commits, as producers would
+    store->insert_batch(*pool->acquire(),
+                        std::vector<EventEnvelope>(events.begin() + static_cast<long>(i),
+                                                   events.begin() + static_cast<long>(i + 20)));
+  }
+  RelayProcess relay(dir, "[database]\nurl = \"" + url + R"("
+[poller]
+interval = "100ms"
+[dispatcher]
+ordered = true
+[admin]
+enabled = false
+[publishers.kafka]
+type = "kafka"
+brokers = ")" + kafka.bootstraps() +
+                              R"("
+[[routes]]
+publisher = "kafka"
+target = "wallet-events"
+)");
+  ASSERT_TRUE(wait_until([&] { return store->count_by_status(*pool->acquire())[1] == 200; }, 60s))
+      << relay.log();
+  auto messages = testing::consume(kafka.bootstraps(), {"wallet-events"}, events.size());
+  ASSERT_EQ(messages.size(), events.size());
+  std::sort(messages.begin(), messages.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.partition, a.offset) < std::tie(b.partition, b.offset);
+  });
+  std::map<std::string, int> last;
+  for (const auto& m : messages) {
+    const int seq = nlohmann::json::parse(m.value).at("seq");
+    auto it = last.find(m.key);
+    if (it != last.end()) {
+      EXPECT_GT(seq, it->second) << m.key;
+    }
+    last[m.key] = seq;
+  }
+  EXPECT_EQ(last.size(), 7u);
   EXPECT_EQ(relay.terminate(), 0);
 }
 
