@@ -1,5 +1,6 @@
 #include "outbox/dispatcher.hpp"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 
@@ -58,6 +59,9 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   }
   if (options_.done_batch_max < 1) {
     throw std::invalid_argument("OutboxDispatcher: done_batch_max must be >= 1");
+  }
+  if (options_.max_batch_size < 1) {
+    throw std::invalid_argument("OutboxDispatcher: max_batch_size must be >= 1");
   }
   for (const auto& i : options_.interceptors) {
     if (!i) {
@@ -148,7 +152,9 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, boo
 
 int OutboxDispatcher::in_memory() const {
   std::lock_guard lock(queue_mutex_);
-  return static_cast<int>(hot_.size() + cold_.size()) + options_.worker_count;
+  return static_cast<int>(hot_.size() + cold_.size() +
+                          options_.max_batch_size *
+                              static_cast<std::size_t>(options_.worker_count));
 }
 
 int OutboxDispatcher::cold_queue_remaining_capacity() const {
@@ -226,7 +232,7 @@ void OutboxDispatcher::close() {
 
 void OutboxDispatcher::worker_loop() {
   for (;;) {
-    std::optional<QueuedEvent> event;
+    std::vector<QueuedEvent> events;
     int hot_depth;
     int cold_depth;
     {
@@ -243,8 +249,10 @@ void OutboxDispatcher::worker_loop() {
       // 2:1 hot:cold when both have work, so a steady hot stream cannot starve the poller.
       const bool take_hot = !hot_.empty() && (cold_.empty() || fairness_tick_++ % 3 != 2);
       auto& queue = take_hot ? hot_ : cold_;
-      event.emplace(std::move(queue.front()));
-      queue.pop_front();
+      while (!queue.empty() && events.size() < options_.max_batch_size) {
+        events.push_back(std::move(queue.front()));
+        queue.pop_front();
+      }
       hot_depth = static_cast<int>(hot_.size());
       cold_depth = static_cast<int>(cold_.size());
       if (hot_depth == 0 && cold_depth == 0) {
@@ -252,26 +260,106 @@ void OutboxDispatcher::worker_loop() {
       }
     }
     options_.metrics->record_queue_depths(hot_depth, cold_depth);
-    process(*event);
+    if (events.size() == 1) {
+      process(events.front());
+    } else {
+      process_batch(events);
+    }
   }
 }
 
-void OutboxDispatcher::process(QueuedEvent& queued) {
-  const EventEnvelope& event = queued.envelope;
-  std::exception_ptr error;
+std::exception_ptr OutboxDispatcher::run_before(const EventEnvelope& event) {
   try {
     for (const auto& interceptor : options_.interceptors) {
       interceptor->before_dispatch(event);
     }
-    auto listener = options_.listeners->listener_for(event.aggregate_type(), event.event_type());
-    if (!listener) {
-      throw UnroutableEventError("no listener for aggregate type '" + event.aggregate_type() +
-                                 "' and event type '" + event.event_type() + "'");
-    }
-    (*listener)(event);
   } catch (...) {
-    error = std::current_exception();
+    return std::current_exception();
   }
+  return nullptr;
+}
+
+void OutboxDispatcher::process(QueuedEvent& queued) {
+  const EventEnvelope& event = queued.envelope;
+  std::exception_ptr error = run_before(event);
+  if (!error) {
+    try {
+      auto listener = options_.listeners->listener_for(event.aggregate_type(), event.event_type());
+      if (!listener) {
+        throw UnroutableEventError("no listener for aggregate type '" + event.aggregate_type() +
+                                   "' and event type '" + event.event_type() + "'");
+      }
+      (*listener)(event);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  complete(queued, error);
+}
+
+void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
+  // Group by batch listener, keeping queue order within each group; events without one (or
+  // whose lookup fails) go one by one.
+  std::vector<std::pair<std::shared_ptr<const BatchEventListener>, std::vector<std::size_t>>>
+      groups;
+  std::vector<std::size_t> singles;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    const auto& e = events[i].envelope;
+    std::shared_ptr<const BatchEventListener> batch;
+    try {
+      batch = options_.listeners->batch_listener_for(e.aggregate_type(), e.event_type());
+    } catch (const std::exception& ex) {
+      log(LogLevel::Warning, std::string("batch_listener_for threw: ") + ex.what());
+    }
+    if (!batch) {
+      singles.push_back(i);
+      continue;
+    }
+    auto group =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == batch; });
+    if (group == groups.end()) {
+      groups.emplace_back(batch, std::vector<std::size_t>{});
+      group = groups.end() - 1;
+    }
+    group->second.push_back(i);
+  }
+  for (auto& [listener, members] : groups) {
+    std::vector<std::exception_ptr> errors(members.size());
+    std::vector<const EventEnvelope*> batch;
+    std::vector<std::size_t> batch_members;  // positions in `members` of the events in `batch`
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      errors[k] = run_before(events[members[k]].envelope);
+      if (!errors[k]) {
+        batch.push_back(&events[members[k]].envelope);
+        batch_members.push_back(k);
+      }
+    }
+    if (!batch.empty()) {
+      std::vector<std::exception_ptr> results;
+      try {
+        results = (*listener)(batch);
+        if (results.size() != batch.size()) {
+          throw std::logic_error("batch listener returned " + std::to_string(results.size()) +
+                                 " results for " + std::to_string(batch.size()) + " events");
+        }
+      } catch (...) {
+        results.assign(batch.size(), std::current_exception());
+      }
+      for (std::size_t j = 0; j < batch.size(); ++j) {
+        errors[batch_members[j]] = results[j];
+      }
+    }
+    for (std::size_t k = 0; k < members.size(); ++k) {
+      complete(events[members[k]], errors[k]);
+    }
+  }
+  for (std::size_t i : singles) {
+    process(events[i]);
+  }
+}
+
+void OutboxDispatcher::complete(QueuedEvent& queued, std::exception_ptr error) {
+  const EventEnvelope& event = queued.envelope;
   for (auto it = options_.interceptors.rbegin(); it != options_.interceptors.rend(); ++it) {
     try {
       (*it)->after_dispatch(event, error);

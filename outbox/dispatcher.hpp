@@ -70,6 +70,10 @@ class OutboxDispatcher {
     std::chrono::microseconds done_batch_window{2000};
     /// Write as soon as this many DONE marks wait. >= 1.
     std::size_t done_batch_max = 256;
+    /// Events a worker takes from a queue at once; events whose registry entry has a batch
+    /// listener reach it together (one call per listener, queue order kept), others go one by
+    /// one. 1 (the default) never batches. >= 1.
+    std::size_t max_batch_size = 1;
     std::shared_ptr<Clock> clock;  ///< default: Clock::system()
   };
 
@@ -98,7 +102,8 @@ class OutboxDispatcher {
   enum class EnqueueResult { Queued, Duplicate, Refused };
   /// enqueue_cold with the distinction between a new event and a duplicate.
   EnqueueResult try_enqueue_cold(QueuedEvent event);
-  /// Events queued (hot and cold) plus one per worker: an upper bound of the events held here.
+  /// Events queued (hot and cold) plus max_batch_size per worker: an upper bound of the events
+  /// held here.
   int in_memory() const;
   /// Free slots in the cold queue (0 when closing).
   int cold_queue_remaining_capacity() const;
@@ -113,6 +118,9 @@ class OutboxDispatcher {
  private:
   void worker_loop();
   void process(QueuedEvent& event);
+  void process_batch(std::vector<QueuedEvent>& events);
+  std::exception_ptr run_before(const EventEnvelope& event);
+  void complete(QueuedEvent& queued, std::exception_ptr error);
   void finish(const std::string& event_id);
   void complete_done(std::string event_id);
   void flusher_loop();

@@ -139,6 +139,7 @@ Outbox Outbox::build(Options o, Mode mode) {
         .drain_timeout = o.drain_timeout,
         .done_batch_window = o.done_batch_window,
         .done_batch_max = o.done_batch_max,
+        .max_batch_size = o.max_batch_size,
         .clock = o.clock,
     });
     // On failure from here on, `outbox` is destroyed, which closes the dispatcher (§20.3 step 4).

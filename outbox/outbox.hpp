@@ -47,7 +47,8 @@ class Outbox {
     std::chrono::milliseconds drain_timeout{5000};
     std::chrono::microseconds done_batch_window{2000};  ///< see OutboxDispatcher::Options
     std::size_t done_batch_max = 256;
-    int worker_count = 4;  ///< forced to 1 by ordered()
+    std::size_t max_batch_size = 1;  ///< see OutboxDispatcher::Options (batch listeners)
+    int worker_count = 4;            ///< forced to 1 by ordered()
     std::size_t hot_queue_capacity = 1000;
     std::size_t cold_queue_capacity = 1000;
     int max_attempts = 10;  ///< forced to 1 by ordered()

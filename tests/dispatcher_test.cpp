@@ -82,6 +82,118 @@ TEST_F(DispatcherTest, PermanentFailureGoesDeadAtOnceWithItsReason) {
   EXPECT_EQ(metrics->snapshot().dispatch_dead, 1);
 }
 
+// A registry whose "Batched" events also have a batch listener.
+class BatchRegistry final : public ListenerRegistry {
+ public:
+  BatchRegistry(std::shared_ptr<ListenerRegistry> singles, BatchEventListener batch)
+      : singles_(std::move(singles)),
+        batch_(std::make_shared<const BatchEventListener>(std::move(batch))) {}
+  std::shared_ptr<const EventListener> listener_for(std::string_view aggregate_type,
+                                                    std::string_view event_type) const override {
+    return singles_->listener_for(aggregate_type, event_type);
+  }
+  std::shared_ptr<const BatchEventListener> batch_listener_for(
+      std::string_view, std::string_view event_type) const override {
+    return event_type == "Batched" ? batch_ : nullptr;
+  }
+
+ private:
+  std::shared_ptr<ListenerRegistry> singles_;
+  std::shared_ptr<const BatchEventListener> batch_;
+};
+
+TEST_F(DispatcherTest, BatchListenerGetsQueuedEventsTogetherWithPerEventOutcomes) {
+  testing::Gate gate;
+  std::atomic<bool> blocked{false};
+  listeners->register_listener(EventType::of("Block"), [&](const EventEnvelope&) {
+    blocked = true;
+    gate.wait();
+  });
+  std::atomic<int> singles{0};
+  listeners->register_listener(EventType::of("Single"), [&](const EventEnvelope&) { ++singles; });
+  listeners->register_listener(EventType::of("Batched"), [](const EventEnvelope&) {
+    FAIL() << "the batch listener must be used";
+  });
+  std::mutex calls_mutex;
+  std::vector<std::vector<std::string>> calls;
+  auto registry =
+      std::make_shared<BatchRegistry>(listeners, [&](std::span<const EventEnvelope* const> batch) {
+        std::vector<std::string> ids;
+        std::vector<std::exception_ptr> out;
+        for (const auto* e : batch) {
+          ids.push_back(e->event_id());
+          if (e->event_id() == "b1") {
+            out.push_back(std::make_exception_ptr(std::runtime_error("broker busy")));
+          } else if (e->event_id() == "b2") {
+            out.push_back(std::make_exception_ptr(PermanentFailure("rejected")));
+          } else {
+            out.push_back(nullptr);
+          }
+        }
+        std::lock_guard lock(calls_mutex);
+        calls.push_back(ids);
+        return out;
+      });
+  auto o = options();
+  o.listeners = registry;
+  o.worker_count = 1;
+  o.max_batch_size = 8;
+  OutboxDispatcher d(o);
+  d.enqueue_hot(queued(committed("Block", "block")));       // holds the only worker
+  ASSERT_TRUE(wait_until([&] { return blocked.load(); }));  // the rest queue up behind it
+  for (int i = 0; i < 3; ++i) {
+    d.enqueue_hot(queued(committed("Batched", "b" + std::to_string(i))));
+  }
+  d.enqueue_hot(queued(committed("Single", "s0")));
+  d.enqueue_hot(queued(committed("Nobody", "n0")));
+  for (int i = 3; i < 6; ++i) {
+    d.enqueue_hot(queued(committed("Batched", "b" + std::to_string(i))));
+  }
+  gate.open();
+  ASSERT_TRUE(wait_status("b5", EventStatus::Done));
+  ASSERT_TRUE(wait_status("n0", EventStatus::Dead));
+  ASSERT_TRUE(wait_status("s0", EventStatus::Done));
+  d.close();
+  ASSERT_EQ(calls.size(), 1u);
+  EXPECT_EQ(calls[0], (std::vector<std::string>{"b0", "b1", "b2", "b3", "b4", "b5"}));
+  EXPECT_EQ(singles.load(), 1);
+  EXPECT_EQ(status("b0"), EventStatus::Done);
+  EXPECT_EQ(status("b1"), EventStatus::Retry);
+  EXPECT_EQ(row("b1")->last_error, "broker busy");
+  EXPECT_EQ(status("b2"), EventStatus::Dead);
+  EXPECT_EQ(row("b2")->last_error, "rejected");
+  EXPECT_EQ(status("b4"), EventStatus::Done);
+}
+
+TEST_F(DispatcherTest, BatchListenerThrowingFailsEveryEventOfTheBatch) {
+  testing::Gate gate;
+  std::atomic<bool> blocked{false};
+  listeners->register_listener(EventType::of("Block"), [&](const EventEnvelope&) {
+    blocked = true;
+    gate.wait();
+  });
+  auto registry = std::make_shared<BatchRegistry>(
+      listeners, [](std::span<const EventEnvelope* const>) -> std::vector<std::exception_ptr> {
+        throw std::runtime_error("connection reset");
+      });
+  auto o = options();
+  o.listeners = registry;
+  o.worker_count = 1;
+  o.max_batch_size = 4;
+  OutboxDispatcher d(o);
+  d.enqueue_hot(queued(committed("Block", "block")));
+  ASSERT_TRUE(wait_until([&] { return blocked.load(); }));
+  for (int i = 0; i < 3; ++i) {
+    d.enqueue_hot(queued(committed("Batched", "t" + std::to_string(i))));
+  }
+  gate.open();
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_failure == 3; }));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(row("t" + std::to_string(i))->last_error, "connection reset");
+  }
+  d.close();
+}
+
 TEST_F(DispatcherTest, FailureRetriesWithBackoffThenDeadAtMaxAttempts) {
   listeners->register_listener(
       EventType::of("F"), [](const EventEnvelope&) { throw std::runtime_error("downstream"); });

@@ -232,6 +232,7 @@ RelayConfig read(const toml::table& root, const std::string& source) {
 
   TableReader d(sub_table(top, "dispatcher"), "dispatcher", source);
   d.integer("workers", c.dispatcher.workers, 1, 1024);
+  d.integer("batch", c.dispatcher.batch, 1, 10000);
   d.integer("queue", c.dispatcher.queue, 1, 1000000);
   d.integer("max_attempts", c.dispatcher.max_attempts, 1, 1000);
   d.duration("backoff_base", c.dispatcher.backoff_base);

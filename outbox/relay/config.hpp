@@ -64,6 +64,8 @@ struct RelayConfig {
   } poller;
   struct Dispatcher {
     int workers = 16;
+    /// Events handed to a Kafka, HTTP-batch or log publisher in one call (webhooks: one each).
+    int batch = 100;
     std::size_t queue = 1000;
     int max_attempts = 10;
     std::chrono::milliseconds backoff_base{1000};

@@ -21,6 +21,7 @@ lock_expiry = "1m"
 
 [dispatcher]
 workers = 32
+batch = 250
 max_attempts = 5
 backoff_base = "2s"
 backoff_max = "10m"
@@ -65,6 +66,7 @@ TEST(RelayConfig, ParsesEveryTableWithDefaultsAndEnvironment) {
   EXPECT_EQ(c.poller.batch, 500);
   EXPECT_EQ(c.poller.lock_expiry, 60s);
   EXPECT_EQ(c.dispatcher.workers, 32);
+  EXPECT_EQ(c.dispatcher.batch, 250);
   EXPECT_EQ(c.dispatcher.max_attempts, 5);
   EXPECT_EQ(c.dispatcher.backoff_max, 600s);
   EXPECT_FALSE(c.dispatcher.ordered);
@@ -88,7 +90,7 @@ TEST(RelayConfig, ParsesEveryTableWithDefaultsAndEnvironment) {
   EXPECT_EQ(kafka->properties.at("batch.num.messages"), "1000");
   ASSERT_EQ(c.routes.size(), 2u);
   EXPECT_EQ(c.routes[0].target, "{event_type}-out-0");
-  EXPECT_EQ(c.routes[0].line, 36);
+  EXPECT_EQ(c.routes[0].line, 37);
   EXPECT_EQ(c.routes[1].event_type, "*");
 }
 

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "outbox/detect/detect.hpp"
@@ -13,7 +14,6 @@
 #include "outbox/outbox.hpp"
 #include "outbox/prometheus/metrics.hpp"
 #include "outbox/relay/admin_server.hpp"
-#include "outbox/relay/batching_publisher.hpp"
 #include "outbox/relay/log_publisher.hpp"
 #include "outbox/relay/operations.hpp"
 #include "outbox/relay/router.hpp"
@@ -31,7 +31,7 @@ std::shared_ptr<Publisher> make_publisher(const PublisherConfig& p) {
                                          .properties = p.properties,
                                          .delivery_timeout = p.delivery_timeout});
     case PublisherConfig::Type::Http: {
-      auto http = std::make_shared<http::HttpPublisher>(http::HttpPublisher::Options{
+      return std::make_shared<http::HttpPublisher>(http::HttpPublisher::Options{
           .mode = p.batch ? http::HttpPublisher::Mode::Batch : http::HttpPublisher::Mode::Webhook,
           .max_batch = p.batch_size,
           .bearer_token = p.bearer_token,
@@ -40,10 +40,6 @@ std::shared_ptr<Publisher> make_publisher(const PublisherConfig& p) {
           .hmac_secret = p.hmac_secret,
           .signature_header = p.signature_header,
           .headers = p.headers});
-      if (p.batch) {
-        return std::make_shared<BatchingPublisher>(std::move(http), p.batch_size);
-      }
-      return http;
     }
     case PublisherConfig::Type::Log:
       return std::make_shared<LogPublisher>(p.path);
@@ -57,6 +53,25 @@ std::string default_owner() {
   return std::string(host[0] ? host : "relay") + "-" + std::to_string(getpid());
 }
 
+// Turns one publish result into what a listener reports: nothing, or the failure to record.
+std::exception_ptr to_failure(const PublishResult& result) {
+  switch (result.kind) {
+    case PublishResult::Kind::Ok:
+      return nullptr;
+    case PublishResult::Kind::Retriable:
+      return std::make_exception_ptr(std::runtime_error(result.reason));
+    case PublishResult::Kind::Permanent:
+      return std::make_exception_ptr(PermanentFailure(result.reason));
+  }
+  return nullptr;
+}
+
+// Publishers that take many events per call get the dispatcher's batches; a webhook publisher
+// posts one event per call, so it gets single events from many workers in parallel instead.
+bool takes_batches(const PublisherConfig& p) {
+  return p.type != PublisherConfig::Type::Http || p.batch;
+}
+
 // Routes each event to the first matching route's publisher; no match → unroutable → DEAD.
 class RoutingRegistry final : public ListenerRegistry {
  public:
@@ -65,34 +80,56 @@ class RoutingRegistry final : public ListenerRegistry {
                   std::shared_ptr<prometheus::PrometheusMetrics> metrics)
       : router_(config.routes) {
     for (const auto& route : config.routes) {
-      listeners_.push_back(std::make_shared<const EventListener>(
-          [publisher = publishers.at(route.publisher), metrics, name = route.publisher,
-           target = route.target](const EventEnvelope& event) {
-            const PublishRequest request{&event, expand_target(target, event)};
-            const auto start = std::chrono::steady_clock::now();
-            const auto result = publisher->publish(std::span(&request, 1)).at(0);
-            metrics->record_publish(name, result.kind, std::chrono::steady_clock::now() - start);
-            switch (result.kind) {
-              case PublishResult::Kind::Ok:
-                return;
-              case PublishResult::Kind::Retriable:
-                throw std::runtime_error(result.reason);
-              case PublishResult::Kind::Permanent:
-                throw PermanentFailure(result.reason);
-            }
-          }));
+      auto publish = [publisher = publishers.at(route.publisher), metrics, name = route.publisher,
+                      target = route.target](std::span<const EventEnvelope* const> events) {
+        std::vector<PublishRequest> requests;
+        requests.reserve(events.size());
+        for (const auto* event : events) {
+          requests.push_back({event, expand_target(target, *event)});
+        }
+        const auto start = std::chrono::steady_clock::now();
+        auto results = publisher->publish(requests);
+        const auto elapsed = std::chrono::steady_clock::now() - start;
+        std::vector<std::exception_ptr> failures;
+        failures.reserve(events.size());
+        for (std::size_t i = 0; i < events.size(); ++i) {
+          const auto result = i < results.size()
+                                  ? results[i]
+                                  : PublishResult::retriable("publisher returned no result");
+          metrics->record_publish(name, result.kind, elapsed);
+          failures.push_back(to_failure(result));
+        }
+        return failures;
+      };
+      singles_.push_back(std::make_shared<const EventListener>([publish](const EventEnvelope& e) {
+        const EventEnvelope* one = &e;
+        if (auto failure = publish(std::span(&one, 1)).at(0)) {
+          std::rethrow_exception(failure);
+        }
+      }));
+      const bool batches = takes_batches(
+          *std::find_if(config.publishers.begin(), config.publishers.end(),
+                        [&](const PublisherConfig& p) { return p.name == route.publisher; }));
+      batches_.push_back(batches ? std::make_shared<const BatchEventListener>(publish) : nullptr);
     }
   }
 
   std::shared_ptr<const EventListener> listener_for(std::string_view aggregate_type,
                                                     std::string_view event_type) const override {
     const auto index = router_.match(aggregate_type, event_type);
-    return index ? listeners_[*index] : nullptr;
+    return index ? singles_[*index] : nullptr;
+  }
+  std::shared_ptr<const BatchEventListener> batch_listener_for(
+      std::string_view aggregate_type, std::string_view event_type) const override {
+    const auto index = router_.match(aggregate_type, event_type);
+    return index ? batches_[*index] : nullptr;
   }
 
  private:
   Router router_;
-  std::vector<std::shared_ptr<const EventListener>> listeners_;  // one per route, same order
+  // One entry per route, in the same order.
+  std::vector<std::shared_ptr<const EventListener>> singles_;
+  std::vector<std::shared_ptr<const BatchEventListener>> batches_;
 };
 
 }  // namespace
@@ -119,6 +156,7 @@ struct Relay::Impl {
         .poll_interval = config.poller.interval,
         .poll_batch_size = config.poller.batch,
         .drain_timeout = config.dispatcher.drain_timeout,
+        .max_batch_size = static_cast<std::size_t>(config.dispatcher.batch),
         .worker_count = config.dispatcher.workers,
         .hot_queue_capacity = 1,
         .cold_queue_capacity = config.dispatcher.queue,
