@@ -57,6 +57,9 @@ OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {
   if (options_.interval.count() <= 0) {
     throw std::invalid_argument("OutboxPoller: interval must be positive");
   }
+  if (options_.head_rescan_interval.count() < 0) {
+    throw std::invalid_argument("OutboxPoller: head_rescan_interval must not be negative");
+  }
   if (options_.claim_locking) {
     if (options_.claim_locking->lock_timeout.count() <= 0) {
       throw std::invalid_argument("OutboxPoller: claim_locking.lock_timeout must be positive");
@@ -153,15 +156,29 @@ int OutboxPoller::poll() {
   try {
     auto conn = options_.connection_provider->acquire();
     const auto now = options_.clock->now();
+    const auto steady_now = std::chrono::steady_clock::now();
+    const bool from_head = !cursor_created_at_ || options_.head_rescan_interval.count() == 0 ||
+                           steady_now - last_head_scan_ >= options_.head_rescan_interval;
+    PendingKey cursor;
+    if (!from_head) {
+      cursor = {*cursor_created_at_, cursor_event_id_};
+    }
+    const PendingKey* after = from_head ? nullptr : &cursor;
+    if (from_head) {
+      last_head_scan_ = steady_now;
+    }
     std::vector<OutboxEvent> rows;
+    int requested = limit;
     if (options_.claim_locking) {
       rows = options_.store->claim_pending(*conn, owner_, now, options_.claim_locking->lock_timeout,
-                                           options_.skip_recent, limit);
+                                           options_.skip_recent, limit, after);
     } else {
-      // Rows queued or in flight here are still pending in the table and come first: read past
-      // them so a busy queue does not hide the rows behind it.
-      const int ahead = std::min(handler.in_flight(), 20 * options_.batch_size);
-      rows = options_.store->poll_pending(*conn, now, options_.skip_recent, limit + ahead);
+      // From the head, rows queued or in flight here are still pending in the table and come
+      // first: read past them so a busy queue does not hide the rows behind it.
+      if (from_head) {
+        requested += std::min(handler.in_flight(), 20 * options_.batch_size);
+      }
+      rows = options_.store->poll_pending(*conn, now, options_.skip_recent, requested, after);
     }
     std::int64_t lag_ms = 0;
     if (!rows.empty()) {
@@ -173,6 +190,8 @@ int OutboxPoller::poll() {
           std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest->created_at).count());
     }
     options_.metrics->record_oldest_lag_ms(lag_ms);
+    const OutboxEvent* passed = nullptr;  // the last row handed over or settled
+    bool refused = false;
     for (const auto& row : rows) {
       std::optional<EventEnvelope> envelope;
       try {
@@ -183,12 +202,23 @@ int OutboxPoller::poll() {
                                  " cannot be decoded, marking DEAD: " + e.what());
         options_.store->mark_dead(*conn, row.event_id, error, false);
         options_.metrics->increment_dispatch_dead();
+        passed = &row;
         continue;
       }
       if (!handler.handle(*envelope, row.attempts)) {
+        refused = true;
         break;  // queue full: the remaining rows stay pending (claimed rows until lock expiry)
       }
+      passed = &row;
       ++handed;
+    }
+    // Resume after the last row passed while pages are full or the queue refused; a short page
+    // means the end was reached, so the next cycle starts from the head.
+    if ((refused || static_cast<int>(rows.size()) >= requested) && passed != nullptr) {
+      cursor_created_at_ = passed->created_at;
+      cursor_event_id_ = passed->event_id;
+    } else if (!refused) {
+      cursor_created_at_.reset();
     }
     consecutive_failures_.store(0);
     // Rows already queued or in flight here come back in every poll: only a full batch of new
@@ -196,6 +226,7 @@ int OutboxPoller::poll() {
     const int fresh = handler.new_in_cycle().value_or(handed);
     last_cycle_ = fresh >= limit ? CycleResult::FullBatch : CycleResult::Partial;
   } catch (const std::exception& e) {
+    cursor_created_at_.reset();
     const int failures = consecutive_failures_.fetch_add(1) + 1;
     // Log the first failure and then every tenth, so an outage does not flood the log.
     if (failures == 1 || failures % 10 == 0) {

@@ -80,6 +80,11 @@ class OutboxPoller {
     std::chrono::milliseconds interval{5000};   ///< between cycles; > 0
     std::shared_ptr<MetricsExporter> metrics;   ///< default: MetricsExporter::noop()
     std::optional<ClaimLocking> claim_locking;  ///< set for multi-node
+    /// While pages come back full, how often a cycle starts again from the oldest pending row
+    /// (catching retries now due, released or expired claims, rows committed late); cycles in
+    /// between resume after the last row taken, so a drain does not rescan the rows it already
+    /// passed. 0: every cycle starts from the oldest row. >= 0.
+    std::chrono::milliseconds head_rescan_interval{1000};
     const JsonCodec* json_codec = nullptr;      ///< default: JsonCodec::default_codec()
     std::shared_ptr<Clock> clock;               ///< default: Clock::system()
   };
@@ -119,7 +124,11 @@ class OutboxPoller {
   std::atomic<int> consecutive_failures_{0};
   enum class CycleResult { Partial, FullBatch, NoCapacity };
   std::atomic<CycleResult> last_cycle_{CycleResult::Partial};
-  std::mutex cycle_mutex_;  // serialises poll() cycles
+  std::mutex cycle_mutex_;  // serialises poll() cycles; guards cursor_*, last_head_scan_
+  // Where the next keyset page starts (a PendingKey); no time: from the head.
+  std::optional<Timestamp> cursor_created_at_;
+  std::string cursor_event_id_;
+  std::chrono::steady_clock::time_point last_head_scan_{};
   std::mutex state_mutex_;  // guards started_, closed_
   std::condition_variable wake_;
   bool started_ = false;

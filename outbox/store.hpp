@@ -43,6 +43,12 @@ struct OutboxEvent {
   std::optional<Timestamp> locked_at;
 };
 
+/// A row's place in the pending order (created_at, then event_id): where a keyset page resumes.
+struct PendingKey {
+  Timestamp created_at;
+  std::string event_id;
+};
+
 /// Longest last_error stored; longer messages are truncated (on a UTF-8 boundary).
 inline constexpr std::size_t kMaxErrorLength = 4000;
 
@@ -86,10 +92,11 @@ class OutboxStore {
   /// → DEAD with the error (attempts + 1 when `count_attempt`).
   virtual int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
                         bool count_attempt = true) = 0;
-  /// NEW/RETRY rows due at `now` and created at or before now - skip_recent, oldest first.
+  /// NEW/RETRY rows due at `now` and created at or before now - skip_recent, oldest first; with
+  /// `after`, only rows ordered after that key (a keyset page: the scan skips the rows before it).
   virtual std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
-                                                std::chrono::microseconds skip_recent,
-                                                int limit) = 0;
+                                                std::chrono::microseconds skip_recent, int limit,
+                                                const PendingKey* after = nullptr) = 0;
   /// Like poll_pending, but atomically sets locked_by = owner, locked_at = now on rows that are
   /// unlocked, whose lock is older than `lock_timeout`, or that `owner` itself claimed longer than
   /// own_claim_grace(lock_timeout) ago (rows its writer inserted claimed but its hot path dropped);
@@ -98,7 +105,7 @@ class OutboxStore {
                                                  Timestamp now,
                                                  std::chrono::milliseconds lock_timeout,
                                                  std::chrono::microseconds skip_recent,
-                                                 int limit) = 0;
+                                                 int limit, const PendingKey* after = nullptr) = 0;
   /// DEAD rows, optional filters, oldest first.
   virtual std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                               std::optional<std::string_view> event_type,

@@ -354,6 +354,30 @@ TEST_P(StoreContract, ClaimLocksRowsUntilExpiry) {
   }
 }
 
+TEST_P(StoreContract, KeysetPagesResumeAfterTheGivenKey) {
+  for (int i = 0; i < 6; ++i) {
+    insert("k" + std::to_string(i), t0 + std::chrono::seconds(i));
+  }
+  insert("k3b", t0 + 3s);  // same created_at as k3: event_id breaks the tie
+  const auto now = t0 + 100s;
+  const outbox::PendingKey after{t0 + 3s, "k3"};
+  auto page = store().poll_pending(conn(), now, 0us, 10, &after);
+  ASSERT_EQ(page.size(), 3u);
+  EXPECT_EQ(page[0].event_id, "k3b");
+  EXPECT_EQ(page[1].event_id, "k4");
+  EXPECT_EQ(page[2].event_id, "k5");
+  EXPECT_EQ(store().poll_pending(conn(), now, 0us, 10).size(), 7u);
+  auto claimed = store().claim_pending(conn(), "node-a", now, 60s, 0us, 2, &after);
+  ASSERT_EQ(claimed.size(), 2u);
+  EXPECT_EQ(claimed[0].event_id, "k3b");
+  EXPECT_EQ(claimed[1].event_id, "k4");
+  const outbox::PendingKey end{t0 + 5s, "k5"};
+  EXPECT_TRUE(store().claim_pending(conn(), "node-a", now, 60s, 0us, 10, &end).empty());
+  auto head = store().claim_pending(conn(), "node-a", now, 60s, 0us, 10);
+  ASSERT_EQ(head.size(), 5u);  // k3b and k4 are held by node-a already
+  EXPECT_EQ(head[0].event_id, "k0");
+}
+
 TEST_P(StoreContract, ReleasedClaimsAreClaimableAtOnce) {
   for (int i = 0; i < 4; ++i) {
     insert("c" + std::to_string(i), t0 + std::chrono::seconds(i));

@@ -45,10 +45,12 @@ class MySqlOutboxStore final : public OutboxStore {
   int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
                 bool count_attempt = true) override;
   std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
-                                        std::chrono::microseconds skip_recent, int limit) override;
+                                        std::chrono::microseconds skip_recent, int limit,
+                                        const PendingKey* after = nullptr) override;
   std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
                                          Timestamp now, std::chrono::milliseconds lock_timeout,
-                                         std::chrono::microseconds skip_recent, int limit) override;
+                                         std::chrono::microseconds skip_recent, int limit,
+                                         const PendingKey* after = nullptr) override;
   std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                       std::optional<std::string_view> event_type,
                                       std::optional<std::string_view> aggregate_type,

@@ -20,6 +20,17 @@ std::string ts(int param) {
          "::bigint * interval '1 microsecond')";
 }
 
+// The keyset condition for `after` (empty without one); its two parameters are appended.
+std::string after_sql(const PendingKey* after, std::vector<sql::Value>& params) {
+  if (after == nullptr) {
+    return {};
+  }
+  params.emplace_back(to_micros(after->created_at));
+  params.emplace_back(TextRef{after->event_id});
+  const int n = static_cast<int>(params.size());
+  return " AND (created_at, event_id) > (" + ts(n - 1) + ", $" + std::to_string(n) + ")";
+}
+
 std::string micros(const std::string& column) {
   return "(EXTRACT(EPOCH FROM " + column + ") * 1000000)::bigint";
 }
@@ -226,28 +237,32 @@ int PostgresOutboxStore::mark_dead(sql::Connection& conn, std::string_view event
 
 std::vector<OutboxEvent> PostgresOutboxStore::poll_pending(sql::Connection& conn, Timestamp now,
                                                            std::chrono::microseconds skip_recent,
-                                                           int limit) {
+                                                           int limit, const PendingKey* after) {
+  std::vector<sql::Value> params = {std::int64_t{limit},
+                                    static_cast<std::int64_t>(skip_recent.count())};
+  if (!options_.use_database_clock) {
+    params.emplace_back(to_micros(now));
+  }
   const std::string sql = "SELECT " + select_ + " FROM " + options_.table +
                           " WHERE status IN (0, 2) AND available_at <= " + now_sql(3) + " AND " +
                           recent_column() + " <= " + now_sql(3) +
-                          " - $2::bigint * interval '1 microsecond' "
-                          "ORDER BY created_at, event_id LIMIT $1";
-  std::vector<sql::Row> rows;
-  if (options_.use_database_clock) {
-    rows = conn.query(sql, {std::int64_t{limit}, static_cast<std::int64_t>(skip_recent.count())});
-  } else {
-    rows = conn.query(
-        sql, {std::int64_t{limit}, static_cast<std::int64_t>(skip_recent.count()), to_micros(now)});
-  }
-  return internal::events_from_rows(rows);
+                          " - $2::bigint * interval '1 microsecond'" + after_sql(after, params) +
+                          " ORDER BY created_at, event_id LIMIT $1";
+  return internal::events_from_rows(conn.query(sql, params));
 }
 
 std::vector<OutboxEvent> PostgresOutboxStore::claim_pending(sql::Connection& conn,
                                                             std::string_view owner, Timestamp now,
                                                             std::chrono::milliseconds lock_timeout,
                                                             std::chrono::microseconds skip_recent,
-                                                            int limit) {
+                                                            int limit, const PendingKey* after) {
   const auto& t = options_.table;
+  std::vector<sql::Value> params = {TextRef{owner}, std::int64_t{limit},
+                                    static_cast<std::int64_t>(skip_recent.count()),
+                                    static_cast<std::int64_t>(lock_timeout.count())};
+  if (!options_.use_database_clock) {
+    params.emplace_back(to_micros(now));
+  }
   // One round trip: lock the oldest claimable rows (skipping rows other nodes are claiming right
   // now), stamp them, and return them in claim order.
   const std::string sql =
@@ -257,24 +272,14 @@ std::vector<OutboxEvent> PostgresOutboxStore::claim_pending(sql::Connection& con
       " - $3::bigint * interval '1 microsecond' AND (locked_by IS NULL OR locked_at < " +
       now_sql(5) + " - $4::bigint * interval '1 millisecond' OR (locked_by = $1 AND locked_at < " +
       now_sql(5) +
-      " - LEAST($4::bigint / 10, 10000) * interval '1 millisecond')) "
-      "ORDER BY created_at, event_id LIMIT $2 "
+      " - LEAST($4::bigint / 10, 10000) * interval '1 millisecond'))" + after_sql(after, params) +
+      " ORDER BY created_at, event_id LIMIT $2 "
       "FOR UPDATE SKIP LOCKED), "
       "u AS (UPDATE " +
       t + " o SET locked_by = $1, locked_at = " + now_sql(5) +
       " FROM c WHERE o.event_id = c.event_id RETURNING o.*) SELECT " + select_ +
       " FROM u ORDER BY created_at, event_id";
-  std::vector<sql::Row> rows;
-  if (options_.use_database_clock) {
-    rows = conn.query(
-        sql, {TextRef{owner}, std::int64_t{limit}, static_cast<std::int64_t>(skip_recent.count()),
-              static_cast<std::int64_t>(lock_timeout.count())});
-  } else {
-    rows = conn.query(
-        sql, {TextRef{owner}, std::int64_t{limit}, static_cast<std::int64_t>(skip_recent.count()),
-              static_cast<std::int64_t>(lock_timeout.count()), to_micros(now)});
-  }
-  return internal::events_from_rows(rows);
+  return internal::events_from_rows(conn.query(sql, params));
 }
 
 std::vector<OutboxEvent> PostgresOutboxStore::query_dead(

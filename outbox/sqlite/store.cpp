@@ -68,17 +68,23 @@ SqliteOutboxStore::SqliteOutboxStore(std::string table, const JsonCodec& codec)
   mark_dead_sql_ = "UPDATE " + table_ +
                    " SET status = 3, attempts = attempts + ?, last_error = ?, locked_by = NULL, "
                    "locked_at = NULL WHERE event_id = ? AND status IN (0, 2)";
-  poll_sql_ = "SELECT " + select_columns_ + " FROM " + table_ +
-              " WHERE status IN (0, 2) AND available_at <= ? AND "
-              "created_at <= ? ORDER BY created_at, event_id LIMIT ?";
-  claim_sql_ = "UPDATE " + table_ +
-               " SET locked_by = ?1, locked_at = ?2 WHERE event_id IN (SELECT event_id FROM " +
-               table_ +
-               " WHERE status IN (0, 2) AND available_at <= ?3 AND created_at <= ?4 AND "
-               "(locked_by IS NULL OR locked_at < ?5 OR (locked_by = ?1 AND locked_at < ?7)) "
-               "ORDER BY created_at, event_id LIMIT ?6) "
-               "RETURNING " +
-               select_columns_;
+  // Each with a keyset variant that starts after a (created_at, event_id) key.
+  const auto poll = [&](const std::string& extra) {
+    return "SELECT " + select_columns_ + " FROM " + table_ +
+           " WHERE status IN (0, 2) AND available_at <= ?1 AND created_at <= ?2" + extra +
+           " ORDER BY created_at, event_id LIMIT ?3";
+  };
+  const auto claim = [&](const std::string& extra) {
+    return "UPDATE " + table_ +
+           " SET locked_by = ?1, locked_at = ?2 WHERE event_id IN (SELECT event_id FROM " + table_ +
+           " WHERE status IN (0, 2) AND available_at <= ?3 AND created_at <= ?4 AND "
+           "(locked_by IS NULL OR locked_at < ?5 OR (locked_by = ?1 AND locked_at < ?7))" +
+           extra + " ORDER BY created_at, event_id LIMIT ?6) RETURNING " + select_columns_;
+  };
+  poll_sql_ = poll("");
+  poll_after_sql_ = poll(" AND (created_at, event_id) > (?4, ?5)");
+  claim_sql_ = claim("");
+  claim_after_sql_ = claim(" AND (created_at, event_id) > (?8, ?9)");
 }
 
 void SqliteOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event,
@@ -184,7 +190,13 @@ int SqliteOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_i
 
 std::vector<OutboxEvent> SqliteOutboxStore::poll_pending(sql::Connection& conn, Timestamp now,
                                                          std::chrono::microseconds skip_recent,
-                                                         int limit) {
+                                                         int limit, const PendingKey* after) {
+  if (after != nullptr) {
+    return internal::events_from_rows(
+        conn.query(poll_after_sql_, {to_micros(now), to_micros(now - skip_recent),
+                                     std::int64_t{limit}, to_micros(after->created_at),
+                                     TextRef{after->event_id}}));
+  }
   return internal::events_from_rows(
       conn.query(poll_sql_, {to_micros(now), to_micros(now - skip_recent), std::int64_t{limit}}));
 }
@@ -193,13 +205,22 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
                                                           std::string_view owner, Timestamp now,
                                                           std::chrono::milliseconds lock_timeout,
                                                           std::chrono::microseconds skip_recent,
-                                                          int limit) {
+                                                          int limit, const PendingKey* after) {
   // One statement: SQLite runs it under the database write lock, so two processes can never
   // both claim a row.
-  auto events = internal::events_from_rows(conn.query(
-      claim_sql_, {TextRef{owner}, to_micros(now), to_micros(now), to_micros(now - skip_recent),
-                   to_micros(now - lock_timeout), std::int64_t{limit},
-                   to_micros(now - own_claim_grace(lock_timeout))}));
+  std::vector<sql::Value> params = {TextRef{owner},
+                                    to_micros(now),
+                                    to_micros(now),
+                                    to_micros(now - skip_recent),
+                                    to_micros(now - lock_timeout),
+                                    std::int64_t{limit},
+                                    to_micros(now - own_claim_grace(lock_timeout))};
+  if (after != nullptr) {
+    params.emplace_back(to_micros(after->created_at));
+    params.emplace_back(TextRef{after->event_id});
+  }
+  auto events = internal::events_from_rows(
+      conn.query(after != nullptr ? claim_after_sql_ : claim_sql_, params));
   // RETURNING gives no order guarantee.
   std::sort(events.begin(), events.end(), [](const OutboxEvent& a, const OutboxEvent& b) {
     return a.created_at != b.created_at ? a.created_at < b.created_at : a.event_id < b.event_id;

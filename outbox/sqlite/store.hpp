@@ -35,10 +35,12 @@ class SqliteOutboxStore final : public OutboxStore {
   int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
                 bool count_attempt = true) override;
   std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
-                                        std::chrono::microseconds skip_recent, int limit) override;
+                                        std::chrono::microseconds skip_recent, int limit,
+                                        const PendingKey* after = nullptr) override;
   std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
                                          Timestamp now, std::chrono::milliseconds lock_timeout,
-                                         std::chrono::microseconds skip_recent, int limit) override;
+                                         std::chrono::microseconds skip_recent, int limit,
+                                         const PendingKey* after = nullptr) override;
   std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                       std::optional<std::string_view> event_type,
                                       std::optional<std::string_view> aggregate_type,
@@ -62,7 +64,7 @@ class SqliteOutboxStore final : public OutboxStore {
   const JsonCodec& codec_;
   std::string select_columns_;
   std::string mark_done_sql_, mark_retry_sql_, mark_deferred_sql_, mark_dead_sql_, poll_sql_,
-      claim_sql_;
+      poll_after_sql_, claim_sql_, claim_after_sql_;
 };
 
 /// Deletes terminal rows (DONE, DEAD) with COALESCE(done_at, created_at) < before. Thread-safe.
