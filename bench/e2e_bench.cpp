@@ -3,6 +3,7 @@
 //
 //   outbox-bench --db=URL [--mode=hot|poller|drain] [--events=N] [--writers=W] [--per-tx=K]
 //                [--payload=BYTES] [--workers=N] [--floor] [--poll-ms=MS] [--rate=TX_PER_S]
+//                [--take=N]   (events a worker takes from the queue at once; default 1)
 //     URL: sqlite:///path.db | postgresql://… or "host=… dbname=…" | mysql://… / mariadb://…
 //
 // hot:    W writer threads run business transactions (UPDATE one of 10,000 accounts + K events);
@@ -58,6 +59,7 @@ struct Config {
   int workers = 4;
   bool floor = false;
   int poll_ms = 100;
+  int take = 1;  // events a worker takes from the queue at once (dispatcher max_batch_size)
   int rate = 0;  ///< business transactions per second across all writers; 0 = as fast as possible
 };
 
@@ -96,6 +98,8 @@ Config parse(int argc, char** argv) {
       c.poll_ms = std::max(1, num());
     } else if (key == "--rate") {
       c.rate = num();
+    } else if (key == "--take") {
+      c.take = std::max(1, num());
     } else {
       throw std::invalid_argument("unknown flag " + key + " (see the header of e2e_bench.cpp)");
     }
@@ -383,6 +387,7 @@ struct Bench {
         .metrics = metrics,
         .poll_interval = std::chrono::milliseconds(cfg.poll_ms),
         .poll_batch_size = 500,
+        .max_batch_size = static_cast<std::size_t>(cfg.take),
         .worker_count = cfg.workers,
         .hot_queue_capacity = 4096,
     };
