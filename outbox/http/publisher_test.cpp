@@ -113,7 +113,9 @@ TEST(HttpPublisher, ClassifiesStatusesTimeoutsAndConnectionErrors) {
     res.status = std::stoi(r.path.substr(1));
     res.set_content(res.status == 400 ? "amount must be positive" : "x", "text/plain");
   });
-  HttpPublisher publisher({.request_timeout = std::chrono::milliseconds(300)});
+  // A short timeout only where the test wants one: sanitizer builds answer slowly.
+  HttpPublisher publisher({});
+  HttpPublisher impatient({.request_timeout = std::chrono::milliseconds(300)});
   auto e = event(1);
   auto kind_of = [&](const std::string& url) {
     return publisher.publish(std::vector<PublishRequest>{{&e, url}}).at(0);
@@ -128,7 +130,7 @@ TEST(HttpPublisher, ClassifiesStatusesTimeoutsAndConnectionErrors) {
   EXPECT_EQ(bad_request.kind, Kind::Permanent);
   EXPECT_EQ(bad_request.reason, "HTTP 400: amount must be positive");
   EXPECT_EQ(kind_of(server.url("/404")).kind, Kind::Permanent);
-  auto slow = kind_of(server.url("/slow"));
+  auto slow = impatient.publish(std::vector<PublishRequest>{{&e, server.url("/slow")}}).at(0);
   EXPECT_EQ(slow.kind, Kind::Retriable);
   EXPECT_NE(slow.reason.find("imeout"), std::string::npos) << slow.reason;
   {
