@@ -110,9 +110,10 @@ EventEnvelope event(const std::string& type, const std::string& aggregate_type,
 class RelayE2E : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (GetParam() == "postgres") {
-      auto url = testing::env("OUTBOX_TEST_PG_URL");
-      OUTBOX_REQUIRE_SERVER(url, "postgres");
+    if (GetParam() != "sqlite") {
+      auto url =
+          testing::env(GetParam() == "postgres" ? "OUTBOX_TEST_PG_URL" : "OUTBOX_TEST_MYSQL_URL");
+      OUTBOX_REQUIRE_SERVER(url, GetParam());
       url_ = *url;
       table_ = testing::unique_table("relay");
     } else {
@@ -126,7 +127,7 @@ class RelayE2E : public ::testing::TestWithParam<std::string> {
     store_ = detect_store(*pool_->acquire(), table_);
   }
   void TearDown() override {
-    if (pool_ && GetParam() == "postgres") {
+    if (pool_ && GetParam() != "sqlite") {
       auto conn = pool_->acquire();
       conn->execute("DROP TABLE IF EXISTS " + table_);
       conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table_ + "'");
@@ -370,7 +371,7 @@ target = ")" + http.url("/hooks") +
   EXPECT_EQ(restarted.terminate(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Engines, RelayE2E, ::testing::Values("sqlite", "postgres"),
+INSTANTIATE_TEST_SUITE_P(Engines, RelayE2E, ::testing::Values("sqlite", "postgres", "mysql"),
                          [](const auto& info) { return info.param; });
 
 TEST(RelayE2EAdmin, EndpointsAuthorisationMethodsAndPrometheusText) {
