@@ -1,6 +1,8 @@
 #pragma once
 // The contract between the relay and a broker or endpoint: publish a batch, report per event.
 
+#include <chrono>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,18 +19,22 @@ struct PublishRequest {
 };
 
 /// How one event's publication ended. A Permanent failure goes DEAD at once, a Retriable one is
-/// retried with backoff (DESIGN.md §3).
+/// retried with backoff (DESIGN.md §3) or after retry_after.
 struct PublishResult {
   enum class Kind { Ok, Retriable, Permanent };
   Kind kind = Kind::Ok;
   std::string reason;  ///< empty for Ok; otherwise stored as the event's last error
+  /// Retriable only: when the receiver asked to be called again (e.g. HTTP Retry-After). The
+  /// event is then deferred by that long without counting an attempt, instead of backing off.
+  std::optional<std::chrono::milliseconds> retry_after;
 
   static PublishResult ok() { return {}; }
-  static PublishResult retriable(std::string reason) {
-    return {Kind::Retriable, std::move(reason)};
+  static PublishResult retriable(std::string reason,
+                                 std::optional<std::chrono::milliseconds> after = std::nullopt) {
+    return {Kind::Retriable, std::move(reason), after};
   }
   static PublishResult permanent(std::string reason) {
-    return {Kind::Permanent, std::move(reason)};
+    return {Kind::Permanent, std::move(reason), std::nullopt};
   }
   bool is_ok() const noexcept { return kind == Kind::Ok; }
 };

@@ -494,6 +494,43 @@ target = "wallet-events"
   EXPECT_EQ(relay.terminate(), 0);
 }
 
+TEST(RelayE2EThrottle, RetryAfterDefersWithoutCountingAnAttempt) {
+  testing::TempDir dir;
+  const std::string url = "sqlite://" + dir.file("throttle.db");
+  ASSERT_EQ(run_cli(dir, "migrate --db " + url).exit_code, 0);
+  testing::HttpTestServer http;
+  http.respond([](const testing::ReceivedRequest&, httplib::Response& res) {
+    res.status = 429;
+    res.set_header("Retry-After", "120");
+    res.set_content("slow down", "text/plain");
+  });
+  auto pool = open_pool(url, 1);
+  auto store = detect_store(*pool->acquire());
+  auto e = event("PaymentCaptured", "Payment", "p-1", 1);
+  store->insert_new(*pool->acquire(), e);
+  const auto before = std::chrono::system_clock::now();
+  RelayProcess relay(dir, "[database]\nurl = \"" + url + R"("
+[poller]
+interval = "100ms"
+[admin]
+enabled = false
+[publishers.hooks]
+type = "http"
+[[routes]]
+publisher = "hooks"
+target = ")" + http.url("/hooks") +
+                              "\"\n");
+  ASSERT_TRUE(wait_until([&] {
+    return store->find(*pool->acquire(), e.event_id())->status == EventStatus::Retry;
+  })) << relay.log();
+  auto row = store->find(*pool->acquire(), e.event_id());
+  EXPECT_EQ(row->attempts, 0);  // a deferral asked for by the receiver, not a failed attempt
+  EXPECT_GE(row->available_at, before + std::chrono::seconds(119));
+  EXPECT_EQ(row->last_error, "HTTP 429: slow down");
+  EXPECT_EQ(http.count(), 1u);
+  EXPECT_EQ(relay.terminate(), 0);
+}
+
 TEST(RelayE2ECli, StatusDeadReplayPurgeAndConfigErrors) {
   testing::TempDir dir;
   const std::string url = "sqlite://" + dir.file("cli.db");

@@ -4,8 +4,11 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <cctype>
+#include <ctime>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
 #include "outbox/clock.hpp"
@@ -52,7 +55,29 @@ struct SList {
   void add(const std::string& line) { list = curl_slist_append(list, line.c_str()); }
 };
 
-PublishResult classify_status(long status, const std::string& body) {
+// Longest Retry-After honoured: a receiver asking for more still gets called back within this.
+constexpr std::chrono::seconds kMaxRetryAfter{3600};
+
+// Retry-After as delta-seconds or an HTTP date (RFC 9110 §10.2.3); nullopt when absent or bad.
+std::optional<std::chrono::milliseconds> parse_retry_after(const std::string& value) {
+  if (value.empty()) {
+    return std::nullopt;
+  }
+  std::chrono::seconds delay;
+  if (value.find_first_not_of("0123456789") == std::string::npos) {
+    delay = std::chrono::seconds(value.size() > 9 ? kMaxRetryAfter.count() : std::stoll(value));
+  } else {
+    const time_t at = curl_getdate(value.c_str(), nullptr);
+    if (at < 0) {
+      return std::nullopt;
+    }
+    delay = std::chrono::seconds(std::max<time_t>(0, at - std::time(nullptr)));
+  }
+  return std::min<std::chrono::milliseconds>(delay, kMaxRetryAfter);
+}
+
+PublishResult classify_status(long status, const std::string& body,
+                              const std::string& retry_after) {
   if (status >= 200 && status < 300) {
     return PublishResult::ok();
   }
@@ -61,9 +86,29 @@ PublishResult classify_status(long status, const std::string& body) {
     reason += ": " + body;
   }
   if (status == 408 || status == 429 || status >= 500) {
-    return PublishResult::retriable(std::move(reason));
+    return PublishResult::retriable(std::move(reason), parse_retry_after(retry_after));
   }
   return PublishResult::permanent(std::move(reason));
+}
+
+// Keeps the Retry-After response header (the last one, trimmed).
+std::size_t collect_header(char* data, std::size_t size, std::size_t n, void* user) {
+  const std::string_view line(data, size * n);
+  constexpr std::string_view kName = "retry-after:";
+  if (line.size() > kName.size()) {
+    bool match = true;
+    for (std::size_t i = 0; i < kName.size() && match; ++i) {
+      match = std::tolower(static_cast<unsigned char>(line[i])) == kName[i];
+    }
+    if (match) {
+      auto value = line.substr(kName.size());
+      const auto first = value.find_first_not_of(" \t");
+      const auto last = value.find_last_not_of(" \t\r\n");
+      *static_cast<std::string*>(user) =
+          first == std::string_view::npos ? "" : std::string(value.substr(first, last - first + 1));
+    }
+  }
+  return size * n;
 }
 
 PublishResult classify_curl(CURLcode code, const char* detail) {
@@ -148,6 +193,7 @@ struct HttpPublisher::Impl {
       headers.add(name + ": " + value);
     }
     std::string response;
+    std::string retry_after;
     char error[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(h, CURLOPT_URL, url.c_str());
     curl_easy_setopt(h, CURLOPT_POST, 1L);
@@ -160,6 +206,8 @@ struct HttpPublisher::Impl {
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &response);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, collect_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &retry_after);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "outbox-relay");
     const CURLcode code = curl_easy_perform(h);
@@ -170,7 +218,7 @@ struct HttpPublisher::Impl {
     if (code != CURLE_OK) {
       return classify_curl(code, error);
     }
-    return classify_status(status, response);
+    return classify_status(status, response, retry_after);
   }
 
   PublishResult post_one(const PublishRequest& request) {

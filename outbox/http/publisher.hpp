@@ -18,7 +18,8 @@ namespace outbox::http {
 /// Batch mode: the body is a JSON array of objects {event_id, event_type, aggregate_type,
 /// aggregate_id, tenant_id, occurred_at, headers, payload | payload_base64}, at most max_batch per
 /// request; every event of a request shares its outcome.
-/// Outcome: 2xx Ok; 408, 429, 5xx, timeouts and connection errors Retriable; any other status
+/// Outcome: 2xx Ok; 408, 429, 5xx, timeouts and connection errors Retriable (with retry_after
+/// from a Retry-After header, seconds or HTTP date, at most one hour); any other status
 /// Permanent, with "HTTP <status>: <start of the response body>" as the reason.
 class HttpPublisher final : public Publisher {
  public:

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <condition_variable>
+#include <ctime>
 #include <nlohmann/json.hpp>
 
 #include "tests/support/http_server.hpp"
@@ -146,6 +147,41 @@ TEST(HttpPublisher, ClassifiesStatusesTimeoutsAndConnectionErrors) {
   auto r = publisher.publish(std::vector<PublishRequest>{{&bad_header, server.url("/200")}}).at(0);
   EXPECT_EQ(r.kind, Kind::Permanent);
   EXPECT_NE(r.reason.find("bad name"), std::string::npos);
+}
+
+TEST(HttpPublisher, RetryAfterIsReportedInSecondsOrAsAnHttpDate) {
+  testing::HttpTestServer server;
+  server.respond([](const testing::ReceivedRequest& r, httplib::Response& res) {
+    res.status = r.path == "/date" ? 503 : 429;
+    if (r.path == "/seconds") {
+      res.set_header("Retry-After", "7");
+    } else if (r.path == "/date") {
+      char date[64];
+      const std::time_t at = std::time(nullptr) + 120;
+      std::tm tm{};
+      gmtime_r(&at, &tm);
+      std::strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+      res.set_header("Retry-After", date);
+    } else if (r.path == "/huge") {
+      res.set_header("Retry-After", "99999999999");
+    } else if (r.path == "/garbage") {
+      res.set_header("Retry-After", "soon");
+    }
+  });
+  HttpPublisher publisher({});
+  auto e = event(1);
+  auto result = [&](const char* path) {
+    return publisher.publish(std::vector<PublishRequest>{{&e, server.url(path)}}).at(0);
+  };
+  EXPECT_EQ(result("/seconds").retry_after, std::chrono::seconds(7));
+  auto dated = result("/date");
+  ASSERT_TRUE(dated.retry_after.has_value());
+  EXPECT_GE(*dated.retry_after, std::chrono::seconds(100));
+  EXPECT_LE(*dated.retry_after, std::chrono::seconds(120));
+  EXPECT_EQ(result("/huge").retry_after, std::chrono::hours(1));
+  EXPECT_EQ(result("/garbage").retry_after, std::nullopt);
+  EXPECT_EQ(result("/none").retry_after, std::nullopt);
+  EXPECT_EQ(result("/none").kind, Kind::Retriable);
 }
 
 TEST(HttpPublisher, RejectsBadOptions) {

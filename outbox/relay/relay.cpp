@@ -59,6 +59,9 @@ std::exception_ptr to_failure(const PublishResult& result) {
     case PublishResult::Kind::Ok:
       return nullptr;
     case PublishResult::Kind::Retriable:
+      if (result.retry_after) {
+        return std::make_exception_ptr(RetryLater(*result.retry_after, result.reason));
+      }
       return std::make_exception_ptr(std::runtime_error(result.reason));
     case PublishResult::Kind::Permanent:
       return std::make_exception_ptr(PermanentFailure(result.reason));
