@@ -85,8 +85,8 @@ class OutboxPoller {
     /// between resume after the last row taken, so a drain does not rescan the rows it already
     /// passed. 0: every cycle starts from the oldest row. >= 0.
     std::chrono::milliseconds head_rescan_interval{1000};
-    const JsonCodec* json_codec = nullptr;      ///< default: JsonCodec::default_codec()
-    std::shared_ptr<Clock> clock;               ///< default: Clock::system()
+    const JsonCodec* json_codec = nullptr;  ///< default: JsonCodec::default_codec()
+    std::shared_ptr<Clock> clock;           ///< default: Clock::system()
   };
 
   /// Validates (std::invalid_argument naming the field). Does not start polling.

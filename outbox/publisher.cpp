@@ -196,18 +196,9 @@ std::string to_json_object(const EventEnvelope& event) {
   append_optional(out, event.tenant_id());
   out += ",\"occurred_at\":\"";
   out += format_rfc3339(event.occurred_at());
-  out += "\",\"headers\":{";
-  bool first = true;
-  for (const auto& [name, value] : event.headers()) {
-    if (!first) {
-      out.push_back(',');
-    }
-    first = false;
-    append_json_string(out, name);
-    out.push_back(':');
-    append_json_string(out, value);
-  }
-  out += "},";
+  out += "\",\"headers\":";
+  out += JsonCodec::default_codec().to_json(event.headers()).value_or("{}");
+  out += ",";
   if (event.has_json_payload()) {
     if (!is_valid_json(event.payload_json())) {
       throw std::invalid_argument("payload of event " + event.event_id() + " is not valid JSON");

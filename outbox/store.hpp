@@ -104,8 +104,8 @@ class OutboxStore {
   virtual std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
                                                  Timestamp now,
                                                  std::chrono::milliseconds lock_timeout,
-                                                 std::chrono::microseconds skip_recent,
-                                                 int limit, const PendingKey* after = nullptr) = 0;
+                                                 std::chrono::microseconds skip_recent, int limit,
+                                                 const PendingKey* after = nullptr) = 0;
   /// DEAD rows, optional filters, oldest first.
   virtual std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                               std::optional<std::string_view> event_type,

@@ -374,12 +374,27 @@ target = ")" + http.url("/hooks") +
 INSTANTIATE_TEST_SUITE_P(Engines, RelayE2E, ::testing::Values("sqlite", "postgres", "mysql"),
                          [](const auto& info) { return info.param; });
 
-TEST(RelayE2EAdmin, EndpointsAuthorisationMethodsAndPrometheusText) {
+// A SQLite file migrated by the CLI, for the tests that need only one engine.
+class MigratedSqlite : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    url = "sqlite://" + dir.file("relay.db");
+    ASSERT_EQ(run_cli(dir, "migrate --db " + url).exit_code, 0);
+    pool = open_pool(url, 1);
+    store = detect_store(*pool->acquire());
+  }
+
   testing::TempDir dir;
-  const std::string url = "sqlite://" + dir.file("admin.db");
-  ASSERT_EQ(run_cli(dir, "migrate --db " + url).exit_code, 0);
-  auto pool = open_pool(url, 1);
-  auto store = detect_store(*pool->acquire());
+  std::string url;
+  std::shared_ptr<sql::ConnectionPool> pool;
+  std::shared_ptr<OutboxStore> store;
+};
+using RelayE2EAdmin = MigratedSqlite;
+using RelayE2EOrdered = MigratedSqlite;
+using RelayE2EThrottle = MigratedSqlite;
+using RelayE2ECli = MigratedSqlite;
+
+TEST_F(RelayE2EAdmin, EndpointsAuthorisationMethodsAndPrometheusText) {
   std::vector<EventEnvelope> events;
   for (int i = 0; i < 3; ++i) {
     events.push_back(event("Nobody", "Thing", "t", i));
@@ -442,14 +457,9 @@ publisher = "dev"
   EXPECT_EQ(relay.terminate(), 0);
 }
 
-TEST(RelayE2EOrdered, OrderedModeKeepsPerAggregateOrderInKafka) {
-  testing::TempDir dir;
-  const std::string url = "sqlite://" + dir.file("ordered.db");
-  ASSERT_EQ(run_cli(dir, "migrate --db " + url).exit_code, 0);
+TEST_F(RelayE2EOrdered, OrderedModeKeepsPerAggregateOrderInKafka) {
   testing::KafkaMockCluster kafka;
   kafka.create_topic("wallet-events", 4);
-  auto pool = open_pool(url, 1);
-  auto store = detect_store(*pool->acquire());
   std::vector<EventEnvelope> events;
   for (int i = 0; i < 200; ++i) {
     events.push_back(event("WalletCredited", "Wallet", "w-" + std::to_string(i % 7), i));
@@ -494,18 +504,13 @@ target = "wallet-events"
   EXPECT_EQ(relay.terminate(), 0);
 }
 
-TEST(RelayE2EThrottle, RetryAfterDefersWithoutCountingAnAttempt) {
-  testing::TempDir dir;
-  const std::string url = "sqlite://" + dir.file("throttle.db");
-  ASSERT_EQ(run_cli(dir, "migrate --db " + url).exit_code, 0);
+TEST_F(RelayE2EThrottle, RetryAfterDefersWithoutCountingAnAttempt) {
   testing::HttpTestServer http;
   http.respond([](const testing::ReceivedRequest&, httplib::Response& res) {
     res.status = 429;
     res.set_header("Retry-After", "120");
     res.set_content("slow down", "text/plain");
   });
-  auto pool = open_pool(url, 1);
-  auto store = detect_store(*pool->acquire());
   auto e = event("PaymentCaptured", "Payment", "p-1", 1);
   store->insert_new(*pool->acquire(), e);
   const auto before = std::chrono::system_clock::now();
@@ -531,16 +536,11 @@ target = ")" + http.url("/hooks") +
   EXPECT_EQ(relay.terminate(), 0);
 }
 
-TEST(RelayE2ECli, StatusDeadReplayPurgeAndConfigErrors) {
-  testing::TempDir dir;
-  const std::string url = "sqlite://" + dir.file("cli.db");
-  ASSERT_EQ(run_cli(dir, "migrate --db " + url).exit_code, 0);
+TEST_F(RelayE2ECli, StatusDeadReplayPurgeAndConfigErrors) {
   auto again = run_cli(dir, "migrate --db " + url);
   EXPECT_EQ(again.exit_code, 0);
   EXPECT_NE(again.out.find("already at schema version 1"), std::string::npos);
 
-  auto pool = open_pool(url, 1);
-  auto store = detect_store(*pool->acquire());
   std::vector<EventEnvelope> events;
   for (int i = 0; i < 4; ++i) {
     events.push_back(event(i < 3 ? "A" : "B", "Agg", "x", i));

@@ -271,8 +271,8 @@ std::vector<OutboxEvent> PostgresOutboxStore::claim_pending(sql::Connection& con
       " <= " + now_sql(5) +
       " - $3::bigint * interval '1 microsecond' AND (locked_by IS NULL OR locked_at < " +
       now_sql(5) + " - $4::bigint * interval '1 millisecond' OR (locked_by = $1 AND locked_at < " +
-      now_sql(5) +
-      " - LEAST($4::bigint / 10, 10000) * interval '1 millisecond'))" + after_sql(after, params) +
+      now_sql(5) + " - LEAST($4::bigint / 10, 10000) * interval '1 millisecond'))" +
+      after_sql(after, params) +
       " ORDER BY created_at, event_id LIMIT $2 "
       "FOR UPDATE SKIP LOCKED), "
       "u AS (UPDATE " +

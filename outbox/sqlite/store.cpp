@@ -192,10 +192,9 @@ std::vector<OutboxEvent> SqliteOutboxStore::poll_pending(sql::Connection& conn, 
                                                          std::chrono::microseconds skip_recent,
                                                          int limit, const PendingKey* after) {
   if (after != nullptr) {
-    return internal::events_from_rows(
-        conn.query(poll_after_sql_, {to_micros(now), to_micros(now - skip_recent),
-                                     std::int64_t{limit}, to_micros(after->created_at),
-                                     TextRef{after->event_id}}));
+    return internal::events_from_rows(conn.query(
+        poll_after_sql_, {to_micros(now), to_micros(now - skip_recent), std::int64_t{limit},
+                          to_micros(after->created_at), TextRef{after->event_id}}));
   }
   return internal::events_from_rows(
       conn.query(poll_sql_, {to_micros(now), to_micros(now - skip_recent), std::int64_t{limit}}));
