@@ -189,7 +189,9 @@ int OutboxPoller::poll() {
           0,
           std::chrono::duration_cast<std::chrono::milliseconds>(now - oldest->created_at).count());
     }
-    options_.metrics->record_oldest_lag_ms(lag_ms);
+    if (from_head) {  // a keyset page does not start at the oldest row
+      options_.metrics->record_oldest_lag_ms(lag_ms);
+    }
     const OutboxEvent* passed = nullptr;  // the last row handed over or settled
     bool refused = false;
     for (const auto& row : rows) {

@@ -56,6 +56,55 @@ class PollerTest : public testing::SqliteFixture {
   std::shared_ptr<InMemoryMetrics> metrics = std::make_shared<InMemoryMetrics>();
 };
 
+TEST_F(PollerTest, FullPagesResumeAfterTheLastRowAndShortPagesGoBackToTheHead) {
+  for (int i = 0; i < 10; ++i) {
+    insert("r" + std::to_string(i), clock->now() - std::chrono::seconds(100 - i));
+  }
+  auto o = options();
+  o.batch_size = 3;
+  o.head_rescan_interval = std::chrono::hours(1);
+  OutboxPoller poller(o);
+  auto cycle = [&] {
+    handler->ids.clear();
+    poller.poll();
+    return handler->ids;
+  };
+  using Ids = std::vector<std::string>;
+  EXPECT_EQ(cycle(), (Ids{"r0", "r1", "r2"}));  // from the head
+  EXPECT_EQ(cycle(), (Ids{"r3", "r4", "r5"}));  // resumes: r0–r2 are still pending, not re-read
+  insert("late", clock->now() - 200s);          // committed late with an older created_at
+  EXPECT_EQ(cycle(), (Ids{"r6", "r7", "r8"}));
+  EXPECT_EQ(cycle(), (Ids{"r9"}));                // short page: the end
+  EXPECT_EQ(cycle(), (Ids{"late", "r0", "r1"}));  // so the next cycle starts from the head
+
+  auto every = options();
+  every.batch_size = 3;
+  every.head_rescan_interval = 0ms;
+  OutboxPoller from_head(every);
+  for (int i = 0; i < 2; ++i) {
+    handler->ids.clear();
+    from_head.poll();
+    EXPECT_EQ(handler->ids, (Ids{"late", "r0", "r1"}));
+  }
+}
+
+TEST_F(PollerTest, AfterARefusalTheNextPageStartsAtTheRefusedRow) {
+  for (int i = 0; i < 6; ++i) {
+    insert("r" + std::to_string(i), clock->now() - std::chrono::seconds(100 - i));
+  }
+  auto o = options();
+  o.batch_size = 3;
+  o.head_rescan_interval = std::chrono::hours(1);
+  OutboxPoller poller(o);
+  handler->stop_after = 2;  // takes r0, refuses r1 (queue full)
+  poller.poll();
+  EXPECT_EQ(handler->ids, (std::vector<std::string>{"r0", "r1"}));
+  handler->ids.clear();
+  handler->stop_after = INT_MAX;
+  poller.poll();
+  EXPECT_EQ(handler->ids, (std::vector<std::string>{"r1", "r2", "r3"}));
+}
+
 TEST_F(PollerTest, HandsPendingRowsOverOldestFirstAndRecordsLag) {
   insert("b", clock->now() - 2s);
   insert("a", clock->now() - 3s);
