@@ -104,6 +104,7 @@ PostgresOutboxStore::PostgresOutboxStore(Options options) : options_(std::move(o
     options_.codec = &JsonCodec::default_codec();
   }
   select_ = select_list();
+  insert_one_sql_ = insert_sql(1);
 }
 
 std::string PostgresOutboxStore::recent_column() const {
@@ -116,6 +117,28 @@ std::string PostgresOutboxStore::now_sql(int param) const {
   return options_.use_database_clock ? std::string("now()") : ts(param);
 }
 
+std::string PostgresOutboxStore::insert_sql(std::size_t rows) const {
+  std::string sql =
+      "INSERT INTO " + options_.table +
+      " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
+      "payload_bytes, headers, status, attempts, available_at, created_at, locked_by, "
+      "locked_at) VALUES ";
+  for (std::size_t i = 0; i < rows; ++i) {
+    const int b = static_cast<int>(i) * 11;
+    auto arg = [&](int k) { return "$" + std::to_string(b + k); };
+    // Due time: the server's now() plus the event's delay, or the absolute caller time.
+    const std::string due = options_.use_database_clock
+                                ? "(now() + " + arg(9) + "::bigint * interval '1 microsecond')"
+                                : ts(b + 9);
+    sql += (i == 0 ? "(" : ",(") + arg(1) + "," + arg(2) + "," + arg(3) + "," + arg(4) + "," +
+           arg(5) + "," + arg(6) + "::jsonb," + arg(7) + "::bytea," + arg(8) + "::jsonb,0,0," +
+           due + "," + ts(b + 10) + "," + arg(11) + "::text,CASE WHEN " + arg(11) +
+           "::text IS NULL THEN NULL ELSE " + (options_.use_database_clock ? "now()" : ts(b + 10)) +
+           " END)";
+  }
+  return sql;
+}
+
 void PostgresOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event,
                                      std::string_view lock_owner) {
   insert_batch(conn, {event}, lock_owner);
@@ -124,31 +147,16 @@ void PostgresOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope&
 void PostgresOutboxStore::insert_batch(sql::Connection& conn,
                                        const std::vector<EventEnvelope>& events,
                                        std::string_view lock_owner) {
-  const auto& t = options_.table;
   for (std::size_t start = 0; start < events.size(); start += kInsertChunk) {
     const std::size_t n = std::min(kInsertChunk, events.size() - start);
-    std::string sql =
-        "INSERT INTO " + t +
-        " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
-        "payload_bytes, headers, status, attempts, available_at, created_at, locked_by, "
-        "locked_at) VALUES ";
+    // The one-row statement (every hot-path write) is built once; larger chunks per call.
+    std::string chunk_sql;
+    const std::string& sql = n == 1 ? insert_one_sql_ : (chunk_sql = insert_sql(n));
     std::vector<Value> params;
     params.reserve(n * 11);
     std::vector<std::optional<std::string>> headers(n);
-    int p = 0;
     for (std::size_t i = 0; i < n; ++i) {
       const EventEnvelope& e = events[start + i];
-      const int b = p;
-      auto arg = [&](int k) { return "$" + std::to_string(b + k); };
-      // Due time: the server's now() plus the event's delay, or the absolute caller time.
-      const std::string due = options_.use_database_clock
-                                  ? "(now() + " + arg(9) + "::bigint * interval '1 microsecond')"
-                                  : ts(b + 9);
-      sql += (i == 0 ? "(" : ",(") + arg(1) + "," + arg(2) + "," + arg(3) + "," + arg(4) + "," +
-             arg(5) + "," + arg(6) + "::jsonb," + arg(7) + "::bytea," + arg(8) + "::jsonb,0,0," +
-             due + "," + ts(b + 10) + "," + arg(11) + "::text,CASE WHEN " + arg(11) +
-             "::text IS NULL THEN NULL ELSE " +
-             (options_.use_database_clock ? "now()" : ts(b + 10)) + " END)";
       headers[i] = options_.codec->to_json(e.headers());
       params.emplace_back(TextRef{e.event_id()});
       params.emplace_back(TextRef{e.event_type()});
@@ -170,7 +178,6 @@ void PostgresOutboxStore::insert_batch(sql::Connection& conn,
       params.emplace_back(created);
       params.emplace_back(lock_owner.empty() ? Value(std::monostate{})
                                              : Value(TextRef{lock_owner}));
-      p += 11;
     }
     conn.execute(sql, params);
   }

@@ -70,7 +70,9 @@ class PostgresOutboxStore final : public OutboxStore {
   std::string now_sql(int param) const;
   std::string recent_column() const;
   Options options_;
+  std::string insert_sql(std::size_t rows) const;
   std::string select_;
+  std::string insert_one_sql_;
 };
 
 /// Deletes terminal rows (DONE, DEAD) with COALESCE(done_at, created_at) < before. Thread-safe.
