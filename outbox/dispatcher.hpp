@@ -67,7 +67,7 @@ class OutboxDispatcher {
         interceptors;                               ///< before in order, after reversed
     std::chrono::milliseconds drain_timeout{5000};  ///< how long close() lets workers drain
     /// How long the flusher gathers DONE marks before writing them (0: write at once). >= 0.
-    std::chrono::microseconds done_batch_window{2000};
+    std::chrono::microseconds done_batch_window{10000};
     /// Write as soon as this many DONE marks wait. >= 1.
     std::size_t done_batch_max = 256;
     /// Events a worker takes from a queue at once; events whose registry entry has a batch

@@ -45,7 +45,7 @@ class Outbox {
     int poll_batch_size = 50;
     std::chrono::microseconds skip_recent{0};
     std::chrono::milliseconds drain_timeout{5000};
-    std::chrono::microseconds done_batch_window{2000};  ///< see OutboxDispatcher::Options
+    std::chrono::microseconds done_batch_window{10000};  ///< see OutboxDispatcher::Options
     std::size_t done_batch_max = 256;
     std::size_t max_batch_size = 1;  ///< see OutboxDispatcher::Options (batch listeners)
     int worker_count = 4;            ///< forced to 1 by ordered()
