@@ -64,6 +64,15 @@ std::vector<std::pair<std::string, std::int64_t>> count_dead_by_type(sql::Connec
   return out;
 }
 
+int release_claims(sql::Connection& conn, const std::string& table, std::string_view marker,
+                   std::string_view owner) {
+  return static_cast<int>(conn.execute("UPDATE " + table +
+                                           " SET locked_by = NULL, locked_at = NULL WHERE "
+                                           "locked_by = " +
+                                           std::string(marker) + " AND status IN (0, 2)",
+                                       {sql::TextRef{owner}}));
+}
+
 std::optional<Timestamp> optional_micros(sql::Connection& conn, const std::string& sql) {
   const auto rows = conn.query(sql, std::span<const sql::Value>());
   if (rows.empty() || rows[0].is_null(0)) {

@@ -23,6 +23,10 @@ std::vector<std::int64_t> count_by_status(sql::Connection& conn, const std::stri
 /// "?,?,?" (n marks) for IN lists of engines with `?` parameters.
 std::string question_marks(std::size_t n);
 
+/// Frees the pending rows `owner` holds; `marker` is the dialect's first parameter ("?" or "$1").
+int release_claims(sql::Connection& conn, const std::string& table, std::string_view marker,
+                   std::string_view owner);
+
 /// DEAD rows per event type, most first (portable SQL).
 std::vector<std::pair<std::string, std::int64_t>> count_dead_by_type(sql::Connection& conn,
                                                                      const std::string& table);

@@ -390,10 +390,7 @@ std::vector<std::int64_t> MySqlOutboxStore::count_by_status(sql::Connection& con
 }
 
 int MySqlOutboxStore::release_claims(sql::Connection& conn, std::string_view owner) {
-  return to_int(conn.execute("UPDATE " + options_.table +
-                                 " SET locked_by = NULL, locked_at = NULL WHERE locked_by = ? "
-                                 "AND status IN (0, 2)",
-                             {TextRef{owner}}));
+  return internal::release_claims(conn, options_.table, "?", owner);
 }
 
 std::vector<std::pair<std::string, std::int64_t>> MySqlOutboxStore::count_dead_by_type(

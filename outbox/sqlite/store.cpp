@@ -270,11 +270,7 @@ std::vector<std::int64_t> SqliteOutboxStore::count_by_status(sql::Connection& co
 }
 
 int SqliteOutboxStore::release_claims(sql::Connection& conn, std::string_view owner) {
-  return static_cast<int>(
-      conn.execute("UPDATE " + table_ +
-                       " SET locked_by = NULL, locked_at = NULL WHERE locked_by = ? "
-                       "AND status IN (0, 2)",
-                   {TextRef{owner}}));
+  return internal::release_claims(conn, table_, "?", owner);
 }
 
 std::vector<std::pair<std::string, std::int64_t>> SqliteOutboxStore::count_dead_by_type(
