@@ -63,6 +63,17 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   if (options_.max_batch_size < 1) {
     throw std::invalid_argument("OutboxDispatcher: max_batch_size must be >= 1");
   }
+  if (options_.claim_timeout.count() < 0) {
+    throw std::invalid_argument("OutboxDispatcher: claim_timeout must not be negative");
+  }
+  if (!options_.claim_owner.empty() && options_.claim_timeout.count() == 0) {
+    throw std::invalid_argument(
+        "OutboxDispatcher: claim_timeout must be positive with claim_owner");
+  }
+  if (options_.ordered && (options_.worker_count != 1 || options_.max_batch_size != 1)) {
+    throw std::invalid_argument(
+        "OutboxDispatcher: ordered needs worker_count = 1 and max_batch_size = 1");
+  }
   for (const auto& i : options_.interceptors) {
     if (!i) {
       throw std::invalid_argument("OutboxDispatcher: interceptors must not contain null");
@@ -81,6 +92,9 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
     options_.metrics = MetricsExporter::noop();
   }
   flusher_ = std::thread([this] { flusher_loop(); });
+  if (!options_.claim_owner.empty()) {
+    heartbeat_ = std::thread([this] { heartbeat_loop(); });
+  }
   workers_.reserve(static_cast<std::size_t>(options_.worker_count));
   for (int i = 0; i < options_.worker_count; ++i) {
     workers_.emplace_back([this] { worker_loop(); });
@@ -102,12 +116,33 @@ bool OutboxDispatcher::enqueue_cold(QueuedEvent event) {
 
 bool OutboxDispatcher::reserve(std::string_view event_id) {
   std::lock_guard lock(queue_mutex_);
-  return options_.in_flight_tracker->try_acquire(event_id);
+  if (!options_.in_flight_tracker->try_acquire(event_id)) {
+    return false;
+  }
+  if (!options_.claim_owner.empty()) {
+    // The row was inserted claimed just now; its lease runs from here, however long the
+    // transaction stays open.
+    reserved_at_.insert_or_assign(std::string(event_id), std::chrono::steady_clock::now());
+  }
+  return true;
 }
 
 void OutboxDispatcher::release_reservation(std::string_view event_id) {
   std::lock_guard lock(queue_mutex_);
+  reserved_at_.erase(std::string(event_id));
   options_.in_flight_tracker->release(event_id);
+}
+
+std::uint64_t OutboxDispatcher::expired_claims_dropped() const {
+  std::lock_guard lock(queue_mutex_);
+  return expired_dropped_;
+}
+
+bool OutboxDispatcher::claim_lapsed(const QueuedEvent& event) const {
+  // Half the lease: the heartbeat renews every quarter, so only a heartbeat that failed (or a
+  // transaction that stayed open that long) gets here, well before another node could take it.
+  return !options_.claim_owner.empty() && event.claimed_at &&
+         std::chrono::steady_clock::now() - *event.claimed_at >= options_.claim_timeout / 2;
 }
 
 OutboxDispatcher::EnqueueResult OutboxDispatcher::try_enqueue_cold(QueuedEvent event) {
@@ -124,6 +159,13 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, boo
     auto& queue = hot ? hot_ : cold_;
     const auto capacity = hot ? options_.hot_queue_capacity : options_.cold_queue_capacity;
     const auto& id = event.envelope.event_id();
+    if (reserved) {
+      auto at = reserved_at_.find(id);
+      if (at != reserved_at_.end()) {
+        event.claimed_at = at->second;
+        reserved_at_.erase(at);
+      }
+    }
     if (closing_ || queue.size() >= capacity) {
       if (reserved) {
         options_.in_flight_tracker->release(id);
@@ -209,6 +251,14 @@ void OutboxDispatcher::close() {
   }
   workers_.clear();
   {
+    std::lock_guard heartbeat_lock(heartbeat_mutex_);
+    heartbeat_stop_ = true;
+  }
+  heartbeat_wake_.notify_all();
+  if (heartbeat_.joinable()) {
+    heartbeat_.join();
+  }
+  {
     std::lock_guard done_lock(done_mutex_);
     flusher_stop_ = true;
   }
@@ -233,6 +283,7 @@ void OutboxDispatcher::close() {
 void OutboxDispatcher::worker_loop() {
   for (;;) {
     std::vector<QueuedEvent> events;
+    std::vector<std::string> lapsed;
     int hot_depth;
     int cold_depth;
     {
@@ -250,9 +301,15 @@ void OutboxDispatcher::worker_loop() {
       const bool take_hot = !hot_.empty() && (cold_.empty() || fairness_tick_++ % 3 != 2);
       auto& queue = take_hot ? hot_ : cold_;
       while (!queue.empty() && events.size() < options_.max_batch_size) {
-        events.push_back(std::move(queue.front()));
+        if (claim_lapsed(queue.front())) {
+          lapsed.push_back(queue.front().envelope.event_id());
+        } else {
+          running_.insert(queue.front().envelope.event_id());
+          events.push_back(std::move(queue.front()));
+        }
         queue.pop_front();
       }
+      expired_dropped_ += lapsed.size();
       hot_depth = static_cast<int>(hot_.size());
       cold_depth = static_cast<int>(cold_.size());
       if (hot_depth == 0 && cold_depth == 0) {
@@ -260,6 +317,16 @@ void OutboxDispatcher::worker_loop() {
       }
     }
     options_.metrics->record_queue_depths(hot_depth, cold_depth);
+    for (const auto& id : lapsed) {
+      // The row stays claimed by this node until the lease ends; then any node (this one
+      // included) claims and delivers it once.
+      log(LogLevel::Warning, "OutboxDispatcher: claim of event " + id +
+                                 " may have expired while it was queued; left for the poller");
+      finish(id);
+    }
+    if (events.empty()) {
+      continue;
+    }
     if (events.size() == 1) {
       process(events.front());
     } else {
@@ -281,20 +348,53 @@ std::exception_ptr OutboxDispatcher::run_before(const EventEnvelope& event) {
 
 void OutboxDispatcher::process(QueuedEvent& queued) {
   const EventEnvelope& event = queued.envelope;
-  std::exception_ptr error = run_before(event);
-  if (!error) {
-    try {
-      auto listener = options_.listeners->listener_for(event.aggregate_type(), event.event_type());
-      if (!listener) {
-        throw UnroutableEventError("no listener for aggregate type '" + event.aggregate_type() +
-                                   "' and event type '" + event.event_type() + "'");
+  for (;;) {
+    std::exception_ptr error = run_before(event);
+    if (!error) {
+      try {
+        auto listener =
+            options_.listeners->listener_for(event.aggregate_type(), event.event_type());
+        if (!listener) {
+          throw UnroutableEventError("no listener for aggregate type '" + event.aggregate_type() +
+                                     "' and event type '" + event.event_type() + "'");
+        }
+        (*listener)(event);
+      } catch (...) {
+        error = std::current_exception();
       }
-      (*listener)(event);
-    } catch (...) {
-      error = std::current_exception();
     }
+    if (options_.ordered && error) {
+      std::optional<std::chrono::milliseconds> defer;
+      try {
+        std::rethrow_exception(error);
+      } catch (const RetryLater& later) {
+        if (!later.count_attempt()) {
+          defer = later.delay();
+        }
+      } catch (...) {
+      }
+      if (defer) {
+        // Written as RETRY, the row would let the aggregate's next event (already due) overtake
+        // it; held here, nothing later starts before it.
+        log(LogLevel::Warning, "event " + event.event_id() + " deferred for " +
+                                   std::to_string(defer->count()) +
+                                   " ms; ordered mode holds the queue meanwhile");
+        std::unique_lock lock(queue_mutex_);
+        const bool stopping = work_ready_.wait_for(lock, *defer, [&] { return closing_; });
+        if (!stopping) {
+          continue;
+        }
+        lock.unlock();
+        // Closing: this row and every later one stay pending, to be delivered in order after a
+        // restart.
+        drop_queued();
+        finish(event.event_id());
+        return;
+      }
+    }
+    complete(queued, error);
+    return;
   }
-  complete(queued, error);
 }
 
 void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
@@ -372,11 +472,10 @@ void OutboxDispatcher::complete(QueuedEvent& queued, std::exception_ptr error) {
 
   // Decide the outcome first, then write it once: a failed status write is logged and counted,
   // never turned into a listener retry (the row stays pending and the poller brings it back).
-  enum class Outcome { Done, Retry, Deferred, Dead } outcome = Outcome::Done;
+  Outcome outcome = Outcome::Done;
   std::string message;
   std::chrono::milliseconds delay{0};
   bool count_attempt = true;
-  const auto now = options_.clock->now();
   if (error) {
     message = describe(error);
     const int attempts = queued.attempts + 1;
@@ -406,35 +505,20 @@ void OutboxDispatcher::complete(QueuedEvent& queued, std::exception_ptr error) {
 
   // Metrics are counted after the event is released, so an observer that sees a count can
   // queue the same event again.
-  if (outcome == Outcome::Done) {
+  if (outcome == Outcome::Done && !options_.ordered) {
     complete_done(event.event_id());  // counted as a success once its DONE mark is written
     return;
   }
-  try {
-    auto conn = options_.connection_provider->acquire();
-    auto& store = *options_.store;
-    const auto& id = event.event_id();
-    switch (outcome) {
-      case Outcome::Done:
-        break;
-      case Outcome::Retry:
-        store.mark_retry(*conn, id, now, delay, message);
-        break;
-      case Outcome::Deferred:
-        store.mark_deferred(*conn, id, now, delay, message);
-        break;
-      case Outcome::Dead:
-        store.mark_dead(*conn, id, message, count_attempt);
-        break;
-    }
-  } catch (const std::exception& e) {
-    options_.metrics->increment_status_update_failure();
-    log(LogLevel::Error, "OutboxDispatcher: could not record the outcome of event " +
-                             event.event_id() + " (the poller will retry it): " + e.what());
+  const bool written = write_outcome(queued, outcome, delay, message, count_attempt);
+  if (!written && options_.ordered) {
+    drop_queued();
   }
   finish(event.event_id());
   switch (outcome) {
     case Outcome::Done:
+      if (written) {
+        options_.metrics->increment_dispatch_success();
+      }
       break;
     case Outcome::Retry:
     case Outcome::Deferred:
@@ -447,6 +531,124 @@ void OutboxDispatcher::complete(QueuedEvent& queued, std::exception_ptr error) {
       log(LogLevel::Error,
           "event " + event.event_id() + " (" + event.event_type() + ") is DEAD: " + message);
       break;
+  }
+}
+
+bool OutboxDispatcher::write_outcome(const QueuedEvent& queued, Outcome outcome,
+                                     std::chrono::milliseconds delay, const std::string& message,
+                                     bool count_attempt) {
+  const auto& id = queued.envelope.event_id();
+  const auto& owner = options_.claim_owner;
+  auto write = [&](sql::Connection& conn, const std::string& text) {
+    auto& store = *options_.store;
+    const auto now = options_.clock->now();
+    switch (outcome) {
+      case Outcome::Done:
+        store.mark_done(conn, id, now, owner);
+        break;
+      case Outcome::Retry:
+        store.mark_retry(conn, id, now, delay, text, owner);
+        break;
+      case Outcome::Deferred:
+        store.mark_deferred(conn, id, now, delay, text, owner);
+        break;
+      case Outcome::Dead:
+        store.mark_dead(conn, id, now, text, count_attempt, owner);
+        break;
+    }
+  };
+  try {
+    auto conn = options_.connection_provider->acquire();
+    try {
+      write(*conn, message);
+      return true;
+    } catch (const StoreError& first) {
+      if (conn->is_broken() || conn->in_transaction()) {
+        throw;
+      }
+      // Not the link: something in the row's new values (an error text the engine refuses).
+      // Once more with a message that any engine stores, rather than leave the row pending
+      // forever.
+      log(LogLevel::Warning,
+          "OutboxDispatcher: outcome of event " + id +
+              " refused, writing it again with a plain message: " + first.what());
+      std::string plain;
+      for (char c : message.substr(0, 200)) {
+        const auto u = static_cast<unsigned char>(c);
+        plain.push_back(u >= 0x20 && u < 0x7F ? c : '?');
+      }
+      write(*conn, "(message not storable) " + plain);
+      return true;
+    }
+  } catch (const std::exception& e) {
+    options_.metrics->increment_status_update_failure();
+    log(LogLevel::Error, "OutboxDispatcher: could not record the outcome of event " + id +
+                             " (the poller will retry it): " + e.what());
+    return false;
+  }
+}
+
+void OutboxDispatcher::drop_queued() {
+  std::vector<std::string> dropped;
+  {
+    std::lock_guard lock(queue_mutex_);
+    for (auto* queue : {&hot_, &cold_}) {
+      for (auto& e : *queue) {
+        dropped.push_back(e.envelope.event_id());
+      }
+      queue->clear();
+    }
+  }
+  // Recorded as completions, so a poll cycle that read them before the drop does not queue them
+  // again ahead of the event whose status could not be written.
+  for (const auto& id : dropped) {
+    finish(id);
+  }
+}
+
+void OutboxDispatcher::heartbeat_loop() {
+  const auto period =
+      std::max<std::chrono::milliseconds>(options_.claim_timeout / 4, std::chrono::milliseconds(1));
+  std::unique_lock wait_lock(heartbeat_mutex_);
+  for (;;) {
+    if (heartbeat_wake_.wait_for(wait_lock, period, [&] { return heartbeat_stop_; })) {
+      return;
+    }
+    wait_lock.unlock();
+    std::vector<std::string> ids;
+    const auto stamped = std::chrono::steady_clock::now();  // before the statement: conservative
+    {
+      std::lock_guard lock(queue_mutex_);
+      for (const auto* queue : {&hot_, &cold_}) {
+        for (const auto& e : *queue) {
+          if (!claim_lapsed(e)) {  // a lapsed claim may belong to another node by now
+            ids.push_back(e.envelope.event_id());
+          }
+        }
+      }
+      ids.insert(ids.end(), running_.begin(), running_.end());
+    }
+    if (!ids.empty()) {
+      try {
+        auto conn = options_.connection_provider->acquire();
+        options_.store->renew_claims(*conn, options_.claim_owner, ids, options_.clock->now());
+        std::unordered_set<std::string> renewed(ids.begin(), ids.end());
+        std::lock_guard lock(queue_mutex_);
+        for (auto* queue : {&hot_, &cold_}) {
+          for (auto& e : *queue) {
+            if (e.claimed_at && renewed.count(e.envelope.event_id()) != 0) {
+              e.claimed_at = stamped;
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        log(LogLevel::Warning,
+            std::string("OutboxDispatcher: could not renew claims (queued events whose claim "
+                        "lapses are left for the poller): ") +
+                e.what());
+      }
+    }
+    wait_lock.lock();
   }
 }
 
@@ -492,7 +694,20 @@ void OutboxDispatcher::flusher_loop() {
     bool written = true;
     try {
       auto conn = options_.connection_provider->acquire();
-      options_.store->mark_done_batch(*conn, batch, options_.clock->now());
+      // A deadlock or serialization failure is transient: a batch not written means every event
+      // in it is delivered again, so it is worth two more tries on a healthy connection.
+      for (int attempt = 1;; ++attempt) {
+        try {
+          options_.store->mark_done_batch(*conn, batch, options_.clock->now(),
+                                          options_.claim_owner);
+          break;
+        } catch (const StoreError& e) {
+          const bool transient = e.sqlstate() == "40P01" || e.sqlstate() == "40001";
+          if (attempt >= 3 || !transient || conn->is_broken()) {
+            throw;
+          }
+        }
+      }
     } catch (const std::exception& e) {
       written = false;
       for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -513,6 +728,7 @@ void OutboxDispatcher::flusher_loop() {
 
 void OutboxDispatcher::finish(const std::string& event_id) {
   std::lock_guard lock(queue_mutex_);
+  running_.erase(event_id);
   ++completion_seq_;
   if (!active_scans_.empty()) {
     completed_log_.emplace_back(completion_seq_, event_id);

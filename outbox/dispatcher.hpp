@@ -8,10 +8,12 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -37,6 +39,9 @@ struct QueuedEvent {
   EventEnvelope envelope;
   Source source = Source::Hot;
   int attempts = 0;  ///< attempts already recorded in the row
+  /// When this node's claim on the row was stamped (multi-node; taken before the claiming
+  /// statement ran). Unset: no claim to watch.
+  std::optional<std::chrono::steady_clock::time_point> claimed_at;
 };
 
 /// Runs listeners for queued events and records DONE / RETRY / DEAD. Thread-safe.
@@ -75,6 +80,18 @@ class OutboxDispatcher {
     /// one. 1 (the default) never batches. >= 1.
     std::size_t max_batch_size = 1;
     std::shared_ptr<Clock> clock;  ///< default: Clock::system()
+    /// Multi-node: the claim owner of this node. Outcomes are written only while it still holds
+    /// the row's claim, so a node whose claim expired cannot overwrite another node's outcome.
+    std::string claim_owner;
+    /// Multi-node: the claim lease (> 0 with claim_owner). A heartbeat renews the claims of every
+    /// queued and running event each quarter lease; an event whose claim is older than half the
+    /// lease when a worker takes it (the heartbeat could not renew it) is dropped unprocessed,
+    /// since another node may take it, and left in the table.
+    std::chrono::milliseconds claim_timeout{0};
+    /// Ordered mode (one worker): DONE is written before the next event starts; a RetryLater holds
+    /// the worker and retries the event in place after its delay, so no later event overtakes it;
+    /// a status write that fails drops the queued events, which the poller reads again in order.
+    bool ordered = false;
   };
 
   /// Validates (std::invalid_argument naming the field) and starts the workers.
@@ -95,6 +112,8 @@ class OutboxDispatcher {
   bool reserve(std::string_view event_id);
   /// Drops a reservation (the transaction rolled back).
   void release_reservation(std::string_view event_id);
+  /// Events dropped unprocessed because their claim may have expired (see claim_timeout).
+  std::uint64_t expired_claims_dropped() const;
   /// Queues an event from the poller. True if queued, already tracked, or completed during the
   /// current scan; false if the cold queue is full or closing.
   bool enqueue_cold(QueuedEvent event);
@@ -124,6 +143,13 @@ class OutboxDispatcher {
   void finish(const std::string& event_id);
   void complete_done(std::string event_id);
   void flusher_loop();
+  void heartbeat_loop();
+  bool claim_lapsed(const QueuedEvent& event) const;
+  enum class Outcome { Done, Retry, Deferred, Dead };
+  /// Writes the row's new status; false (logged, counted) when it could not be written.
+  bool write_outcome(const QueuedEvent& queued, Outcome outcome, std::chrono::milliseconds delay,
+                     const std::string& message, bool count_attempt);
+  void drop_queued();
   EnqueueResult enqueue(QueuedEvent event, bool hot, bool reserved);
 
   Options options_;
@@ -139,12 +165,21 @@ class OutboxDispatcher {
   std::multiset<std::uint64_t> active_scans_;
   std::deque<std::pair<std::uint64_t, std::string>> completed_log_;
   std::unordered_set<std::string> completed_ids_;
+  // Multi-node: when each reserved (written, not yet committed) event's claim was stamped, and the
+  // ids workers are running now (renewed by the heartbeat with the queued ones).
+  std::unordered_map<std::string, std::chrono::steady_clock::time_point> reserved_at_;
+  std::unordered_set<std::string> running_;
+  std::uint64_t expired_dropped_ = 0;
   std::mutex done_mutex_;  // guards pending_done_, first_done_at_, flusher_stop_
   std::condition_variable done_ready_;
   std::vector<std::string> pending_done_;
   std::chrono::steady_clock::time_point first_done_at_;
   bool flusher_stop_ = false;
   std::thread flusher_;
+  std::mutex heartbeat_mutex_;  // guards heartbeat_stop_
+  std::condition_variable heartbeat_wake_;
+  bool heartbeat_stop_ = false;
+  std::thread heartbeat_;
   std::mutex close_mutex_;  // serialises close()
   std::vector<std::thread> workers_;
 };

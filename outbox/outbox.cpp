@@ -99,6 +99,11 @@ Outbox Outbox::build(Options o, Mode mode) {
   } else if (o.purger && !o.connection_provider) {
     throw std::invalid_argument("Outbox: connection_provider is required when purger is set");
   }
+  if (mode != Mode::WriterOnly && o.purger && o.purger->deletes_pending()) {
+    throw std::invalid_argument(
+        "Outbox: purger deletes rows by age whatever their status (events not yet delivered "
+        "too); use a status-based purger, or writer_only mode for CDC tables");
+  }
   if (mode == Mode::MultiNode && !o.claim_locking) {
     throw std::invalid_argument("Outbox::multi_node: claim_locking is required");
   }
@@ -108,6 +113,10 @@ Outbox Outbox::build(Options o, Mode mode) {
     }
     o.worker_count = 1;
     o.max_attempts = 1;
+    // A batch would hand later events of an aggregate over before an earlier one's outcome is
+    // known; a keyset page would resume past an event whose status write failed.
+    o.max_batch_size = 1;
+    o.head_rescan_interval = std::chrono::milliseconds(0);
   }
   if (mode != Mode::MultiNode) {
     o.claim_locking.reset();
@@ -141,6 +150,10 @@ Outbox Outbox::build(Options o, Mode mode) {
         .done_batch_max = o.done_batch_max,
         .max_batch_size = o.max_batch_size,
         .clock = o.clock,
+        .claim_owner = o.claim_locking ? o.claim_locking->owner : std::string(),
+        .claim_timeout =
+            o.claim_locking ? o.claim_locking->lock_timeout : std::chrono::milliseconds(0),
+        .ordered = mode == Mode::Ordered,
     });
     // On failure from here on, `outbox` is destroyed, which closes the dispatcher (§20.3 step 4).
     outbox.poller_ = std::make_unique<OutboxPoller>(OutboxPoller::Options{
@@ -152,6 +165,7 @@ Outbox Outbox::build(Options o, Mode mode) {
         .interval = o.poll_interval,
         .metrics = o.metrics,
         .claim_locking = o.claim_locking,
+        .head_rescan_interval = o.head_rescan_interval,
         .json_codec = o.json_codec,
         .clock = o.clock,
     });

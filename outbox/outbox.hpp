@@ -43,6 +43,7 @@ class Outbox {
     std::vector<std::shared_ptr<EventInterceptor>> interceptors;
     std::chrono::milliseconds poll_interval{5000};
     int poll_batch_size = 50;
+    std::chrono::milliseconds head_rescan_interval{1000};  ///< see OutboxPoller; 0 in ordered()
     std::chrono::microseconds skip_recent{0};
     std::chrono::milliseconds drain_timeout{5000};
     std::chrono::microseconds done_batch_window{10000};  ///< see OutboxDispatcher::Options
@@ -67,7 +68,8 @@ class Outbox {
   /// Hot path + poller with claim locking (claim_pending). Throws std::invalid_argument also when
   /// claim_locking is unset.
   static Outbox multi_node(Options options);
-  /// Poller only, one worker, one attempt, no hot path: per-aggregate FIFO on one node (§19).
+  /// Poller only, one worker, one event at a time, one attempt, no hot path: per-aggregate FIFO on
+  /// one node (§19). Failures go DEAD; a RetryLater holds the worker (see OutboxDispatcher).
   static Outbox ordered(Options options);
   /// Writer without hot path, dispatcher or poller (CDC); purges if a purger is set.
   static Outbox writer_only(Options options);

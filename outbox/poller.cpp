@@ -13,8 +13,8 @@
 namespace outbox {
 
 bool DispatcherPollerHandler::handle(const EventEnvelope& event, int attempts) {
-  const auto r =
-      dispatcher_.try_enqueue_cold(QueuedEvent{event, QueuedEvent::Source::Cold, attempts});
+  const auto r = dispatcher_.try_enqueue_cold(
+      QueuedEvent{event, QueuedEvent::Source::Cold, attempts, cycle_started_});
   if (r == OutboxDispatcher::EnqueueResult::Queued) {
     ++queued_;
   }
@@ -31,6 +31,7 @@ int DispatcherPollerHandler::in_flight() const {
 
 void DispatcherPollerHandler::begin_cycle() {
   queued_ = 0;
+  cycle_started_ = std::chrono::steady_clock::now();  // no later than the claims of this cycle
   scan_token_ = dispatcher_.begin_scan();
 }
 
@@ -202,7 +203,7 @@ int OutboxPoller::poll() {
         const std::string error = std::string("decode failure: ") + e.what();
         log(LogLevel::Error, "OutboxPoller: event " + row.event_id +
                                  " cannot be decoded, marking DEAD: " + e.what());
-        options_.store->mark_dead(*conn, row.event_id, error, false);
+        options_.store->mark_dead(*conn, row.event_id, now, error, false, owner_);
         options_.metrics->increment_dispatch_dead();
         passed = &row;
         continue;

@@ -59,6 +59,7 @@ class DispatcherPollerHandler final : public OutboxPollerHandler {
  private:
   OutboxDispatcher& dispatcher_;
   std::uint64_t scan_token_ = 0;
+  std::chrono::steady_clock::time_point cycle_started_{};
   int queued_ = 0;  // events this cycle queued (cycles run on one thread at a time)
 };
 

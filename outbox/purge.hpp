@@ -23,6 +23,8 @@ class EventPurger {
  public:
   virtual ~EventPurger() = default;
   virtual int purge(sql::Connection& conn, Timestamp before, int limit) = 0;
+  /// True when the purger may delete rows that are not yet delivered (age-based purgers).
+  virtual bool deletes_pending() const { return false; }
 };
 
 /// Runs a purger on a schedule, in batches, each batch on its own autocommitted connection.

@@ -1,5 +1,6 @@
 #include "outbox/store.hpp"
 
+#include <cstdint>
 #include <stdexcept>
 
 namespace outbox {
@@ -18,16 +19,65 @@ std::string_view to_string(EventStatus status) {
   return "UNKNOWN";
 }
 
+std::string sanitize_utf8(std::string_view text) {
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::size_t len = 0;
+    std::uint32_t min = 0;
+    std::uint32_t cp = 0;
+    if (c == 0) {
+      // PostgreSQL refuses NUL in text; it would make the status write fail.
+      out += kReplacement;
+      ++i;
+      continue;
+    }
+    if (c < 0x80) {
+      out.push_back(static_cast<char>(c));
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      len = 2, min = 0x80, cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3, min = 0x800, cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4, min = 0x10000, cp = c & 0x07;
+    }
+    bool ok = len != 0 && i + len <= text.size();
+    for (std::size_t k = 1; ok && k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      ok = (cc & 0xC0) == 0x80;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    // Overlong forms, surrogates and values past U+10FFFF are invalid too.
+    ok = ok && cp >= min && cp <= 0x10FFFF && (cp < 0xD800 || cp > 0xDFFF);
+    if (ok) {
+      out.append(text.substr(i, len));
+      i += len;
+    } else {
+      out += kReplacement;
+      ++i;
+    }
+  }
+  return out;
+}
+
 std::string truncate_error(std::string_view error) {
-  if (error.size() <= kMaxErrorLength) {
-    return std::string(error);
+  std::string clean = sanitize_utf8(error);
+  if (clean.size() <= kMaxErrorLength) {
+    return clean;
   }
   std::size_t cut = kMaxErrorLength;
   // Step back over continuation bytes so a multi-byte character is not split.
-  while (cut > 0 && (static_cast<unsigned char>(error[cut]) & 0xC0) == 0x80) {
+  while (cut > 0 && (static_cast<unsigned char>(clean[cut]) & 0xC0) == 0x80) {
     --cut;
   }
-  return std::string(error.substr(0, cut));
+  clean.resize(cut);
+  return clean;
 }
 
 EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec) {

@@ -58,19 +58,27 @@ inline std::chrono::milliseconds own_claim_grace(std::chrono::milliseconds lock_
   return std::min<std::chrono::milliseconds>(lock_timeout / 10, std::chrono::seconds(10));
 }
 
-/// Truncates `error` to kMaxErrorLength bytes without splitting a UTF-8 sequence.
+/// Truncates `error` to kMaxErrorLength bytes without splitting a UTF-8 sequence and replaces
+/// invalid UTF-8 and NUL bytes with U+FFFD, so every engine accepts it as text.
 std::string truncate_error(std::string_view error);
+
+/// `text` as valid UTF-8: invalid sequences and NUL bytes become U+FFFD; nothing is cut.
+std::string sanitize_utf8(std::string_view text);
 
 /// Reads and writes the outbox table through a caller-supplied connection; never commits or closes
 /// it. `now` arguments are the caller's clock; an engine with a server clock may document that it
 /// uses the server's time instead (so skewed nodes agree on leases and due times). Implementations
 /// are thread-safe (stateless apart from configuration). Database failures throw
-/// outbox::StoreError. Status updates never change a DONE or DEAD row (replay excepted).
+/// outbox::StoreError. Status updates never change a DONE or DEAD row (replay excepted). With an
+/// `owner`, a status update changes the row only while that owner still holds its claim
+/// (locked_by = owner): a node whose claim expired and was taken over cannot overwrite the new
+/// owner's outcome. Stored errors are cut to kMaxErrorLength and made valid UTF-8 (truncate_error).
 class OutboxStore {
  public:
   virtual ~OutboxStore() = default;
 
-  /// Inserts one NEW row. With a `lock_owner`, the row is born claimed by it (locked_at = now), so
+  /// Inserts one NEW row. With a `lock_owner`, the row is born claimed by it (locked_at = the
+  /// insert time: the server's clock, or the system clock; never the envelope's occurred_at), so
   /// other nodes' pollers leave it to the writer's hot path until the lock expires. Throws
   /// StoreError (e.g. duplicate event id).
   virtual void insert_new(sql::Connection& conn, const EventEnvelope& event,
@@ -78,20 +86,30 @@ class OutboxStore {
   /// Inserts NEW rows in as few statements as the engine allows (lock_owner as insert_new).
   virtual void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events,
                             std::string_view lock_owner = {}) = 0;
-  /// NEW/RETRY → DONE, clearing the claim. Returns rows changed (0 if already terminal or absent).
-  virtual int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) = 0;
+  /// NEW/RETRY → DONE, clearing the claim. Returns rows changed (0 if already terminal, absent,
+  /// or claimed by another owner).
+  virtual int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                        std::string_view owner = {}) = 0;
   /// mark_done for many ids in one statement per chunk; returns rows changed.
   virtual int mark_done_batch(sql::Connection& conn, const std::vector<std::string>& event_ids,
-                              Timestamp now) = 0;
-  /// → RETRY with attempts + 1, due `delay` after now, error stored truncated.
+                              Timestamp now, std::string_view owner = {}) = 0;
+  /// → RETRY with attempts + 1, due `delay` after now, error stored sanitized.
   virtual int mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                         std::chrono::milliseconds delay, std::string_view error) = 0;
+                         std::chrono::milliseconds delay, std::string_view error,
+                         std::string_view owner = {}) = 0;
   /// → RETRY due `delay` after now without counting an attempt (a listener's RetryLater).
   virtual int mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                            std::chrono::milliseconds delay, std::string_view reason) = 0;
-  /// → DEAD with the error (attempts + 1 when `count_attempt`).
-  virtual int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
-                        bool count_attempt = true) = 0;
+                            std::chrono::milliseconds delay, std::string_view reason,
+                            std::string_view owner = {}) = 0;
+  /// → DEAD at `now` with the error (attempts + 1 when `count_attempt`). done_at records when it
+  /// became DEAD: a purge's retention counts from then, not from created_at.
+  virtual int mark_dead(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                        std::string_view error, bool count_attempt = true,
+                        std::string_view owner = {}) = 0;
+  /// Sets locked_at = now on those of `event_ids` that `owner` still holds claimed and pending
+  /// (a heartbeat: rows waiting in a node's queue keep their claim). Returns rows renewed.
+  virtual int renew_claims(sql::Connection& conn, std::string_view owner,
+                           const std::vector<std::string>& event_ids, Timestamp now) = 0;
   /// NEW/RETRY rows due at `now` and created at or before now - skip_recent, oldest first; with
   /// `after`, only rows ordered after that key (a keyset page: the scan skips the rows before it).
   virtual std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,

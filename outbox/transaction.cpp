@@ -76,6 +76,93 @@ void ThreadLocalTxContext::after_rollback(std::function<void()> callback) {
   f->on_rollback.push_back(std::move(callback));
 }
 
+void ThreadLocalTxContext::Frame::end_savepoints() noexcept {
+  for (auto& mark : savepoints) {
+    mark.savepoint->frame_ = nullptr;
+  }
+  savepoints.clear();
+}
+
+Savepoint::Savepoint(ThreadLocalTxContext::Frame& frame)
+    : frame_(&frame), name_("outbox_sp_" + std::to_string(++frame.savepoint_names)) {
+  frame.connection->execute("SAVEPOINT " + name_);
+  frame.savepoints.push_back({this, frame.on_commit.size(), frame.on_rollback.size()});
+}
+
+Savepoint::Savepoint(Savepoint&& other) noexcept
+    : frame_(std::exchange(other.frame_, nullptr)), name_(std::move(other.name_)) {
+  if (frame_ != nullptr) {
+    for (auto& mark : frame_->savepoints) {
+      if (mark.savepoint == &other) {
+        mark.savepoint = this;
+      }
+    }
+  }
+}
+
+Savepoint::~Savepoint() {
+  if (frame_ != nullptr) {
+    try {
+      // Inner savepoints left open end with this one.
+      while (frame_ != nullptr && frame_->savepoints.back().savepoint != this) {
+        frame_->savepoints.back().savepoint->rollback();
+      }
+      rollback();
+    } catch (const std::exception& e) {
+      log(LogLevel::Warning, std::string("rollback in ~Savepoint failed: ") + e.what());
+    }
+  }
+}
+
+std::size_t Savepoint::position(const char* what) const {
+  if (frame_ == nullptr) {
+    throw std::logic_error(std::string("Savepoint::") + what + ": the savepoint has ended");
+  }
+  if (frame_->savepoints.empty() || frame_->savepoints.back().savepoint != this) {
+    throw std::logic_error(std::string("Savepoint::") + what +
+                           ": an inner savepoint is still open; end it first");
+  }
+  return frame_->savepoints.size() - 1;
+}
+
+void Savepoint::rollback() {
+  const std::size_t at = position("rollback");
+  auto* frame = frame_;
+  frame->connection->execute("ROLLBACK TO SAVEPOINT " + name_);
+  const auto mark = frame->savepoints[at];
+  frame->savepoints.pop_back();
+  frame_ = nullptr;
+  // The rows are gone: the events written since the mark are rolled back for the outbox too.
+  std::vector<std::function<void()>> undone(
+      std::make_move_iterator(frame->on_rollback.begin() + static_cast<long>(mark.rollbacks)),
+      std::make_move_iterator(frame->on_rollback.end()));
+  frame->on_rollback.resize(mark.rollbacks);
+  frame->on_commit.resize(mark.commits);
+  run_callbacks(undone, "after-rollback");
+  frame->connection->execute("RELEASE SAVEPOINT " + name_);
+}
+
+void Savepoint::release() {
+  position("release");
+  frame_->connection->execute("RELEASE SAVEPOINT " + name_);
+  frame_->savepoints.pop_back();
+  frame_ = nullptr;
+}
+
+Savepoint Transaction::savepoint() {
+  if (!active_) {
+    throw std::logic_error("savepoint: transaction is finished");
+  }
+  return Savepoint(*frame_);
+}
+
+Savepoint ExternalTransaction::savepoint() {
+  if (!frame_) {
+    throw std::logic_error("ExternalTransaction: outcome already reported");
+  }
+  return Savepoint(*frame_);
+}
+
 Transaction::Transaction(sql::PooledConnection conn, ThreadLocalTxContext& context)
     : conn_(std::move(conn)),
       context_(&context),
@@ -154,6 +241,7 @@ void Transaction::finish(bool committed) noexcept {
   active_ = false;
   context_->unbind();
   auto frame = std::move(frame_);
+  frame->end_savepoints();
   run_callbacks(committed ? frame->on_commit : frame->on_rollback,
                 committed ? "after-commit" : "after-rollback");
 }
@@ -189,6 +277,7 @@ void ExternalTransaction::rolled_back() {
 void ExternalTransaction::finish(bool committed) {
   context_->unbind();
   auto frame = std::move(frame_);
+  frame->end_savepoints();
   run_callbacks(committed ? frame->on_commit : frame->on_rollback,
                 committed ? "after-commit" : "after-rollback");
 }

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "outbox/sql/connection.hpp"
@@ -13,6 +14,7 @@
 namespace outbox {
 
 class Transaction;
+class Savepoint;
 
 /// A TxContext bound to the calling thread: each thread sees the transaction it began through a
 /// TransactionManager using this context. Thread-safe (state is per thread).
@@ -31,10 +33,21 @@ class ThreadLocalTxContext final : public TxContext {
  private:
   friend class Transaction;
   friend class ExternalTransaction;
+  friend class Savepoint;
   struct Frame {
     sql::Connection* connection = nullptr;
     std::vector<std::function<void()>> on_commit;
     std::vector<std::function<void()>> on_rollback;
+    // Open savepoints, outermost first, with the callback counts when each began.
+    struct Mark {
+      Savepoint* savepoint;
+      std::size_t commits;
+      std::size_t rollbacks;
+    };
+    std::vector<Mark> savepoints;
+    std::size_t savepoint_names = 0;  // names are never reused within a transaction
+    /// Detaches the open savepoints: the transaction is over.
+    void end_savepoints() noexcept;
   };
   Frame* frame() const;
   void bind(Frame* frame);
@@ -61,6 +74,9 @@ class Transaction {
   void rollback();
   /// True until commit() or rollback().
   bool active() const noexcept { return active_; }
+  /// Opens a SQL savepoint that keeps the outbox in step (see Savepoint). Throws
+  /// std::logic_error if the transaction is finished, outbox::StoreError on database failure.
+  Savepoint savepoint();
 
  private:
   friend class TransactionManager;
@@ -91,11 +107,47 @@ class ExternalTransaction {
   void committed();
   /// The caller rolled back: runs after-rollback callbacks. Throws std::logic_error likewise.
   void rolled_back();
+  /// Opens a savepoint on the bound connection (see Savepoint): use it instead of a SAVEPOINT of
+  /// your own around outbox writes. Throws std::logic_error once reported, StoreError on failure.
+  Savepoint savepoint();
 
  private:
   void finish(bool committed);
   ThreadLocalTxContext* context_;
   std::unique_ptr<ThreadLocalTxContext::Frame> frame_;
+};
+
+/// A SQL savepoint that keeps the outbox in step with the rows: rolled back, the events written
+/// since it began are forgotten by the hot path too (their after-rollback callbacks run, their
+/// after-commit callbacks are dropped), so an event whose row was undone is never delivered.
+/// OutboxWriter refuses to write after a SAVEPOINT run as plain SQL through the connection (see
+/// sql::Connection::raw_savepoints). Savepoints nest; end them innermost first. Without release()
+/// or rollback() the destructor rolls back. Move-only; use on the thread of its transaction.
+class Savepoint {
+ public:
+  Savepoint(Savepoint&& other) noexcept;
+  Savepoint& operator=(Savepoint&&) = delete;
+  Savepoint(const Savepoint&) = delete;
+  Savepoint& operator=(const Savepoint&) = delete;
+  ~Savepoint();
+
+  /// ROLLBACK TO the savepoint (then RELEASE it). Throws std::logic_error if it already ended or
+  /// an inner savepoint is still open, outbox::StoreError on database failure.
+  void rollback();
+  /// RELEASE: what was written since stays in the transaction. Throws as rollback().
+  void release();
+  /// True until rollback(), release() or the end of its transaction.
+  bool active() const noexcept { return frame_ != nullptr; }
+
+ private:
+  friend class Transaction;
+  friend class ExternalTransaction;
+  friend struct ThreadLocalTxContext::Frame;
+  explicit Savepoint(ThreadLocalTxContext::Frame& frame);
+  std::size_t position(const char* what) const;
+
+  ThreadLocalTxContext::Frame* frame_;
+  std::string name_;
 };
 
 /// Begins transactions on connections from a provider and binds them to a ThreadLocalTxContext.

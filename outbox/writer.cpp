@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "outbox/log.hpp"
+#include "outbox/sql/connection.hpp"
 #include "outbox/store.hpp"
 #include "outbox/tx_context.hpp"
 
@@ -56,6 +57,12 @@ std::vector<std::string> OutboxWriter::write_all(std::vector<EventEnvelope> even
     return {};
   }
   auto& conn = tx_context_->current_connection();
+  if (conn.raw_savepoints() > 0) {
+    throw std::logic_error(
+        "OutboxWriter: write after a SQL SAVEPOINT run through the connection is refused: a "
+        "ROLLBACK TO it would undo the row while the event was still delivered; use "
+        "Transaction::savepoint() (or ExternalTransaction::savepoint()) instead");
+  }
   const std::string_view owner = hook_ ? hook_->lock_owner() : std::string_view();
   if (events.size() == 1) {
     store_->insert_new(conn, events.front(), owner);

@@ -41,7 +41,8 @@ class OutboxWriter {
                std::shared_ptr<WriterHook> hook = {});
 
   /// Inserts one event; returns its id, or nullopt when the hook suppressed it. Throws
-  /// std::logic_error with no active transaction, outbox::StoreError when the insert fails.
+  /// std::logic_error with no active transaction or after a plain-SQL SAVEPOINT on the connection
+  /// (use Transaction::savepoint()), outbox::StoreError when the insert fails.
   std::optional<std::string> write(const EventEnvelope& event);
   /// Shorthand for write(EventEnvelope::of_json(type, payload_json)).
   std::optional<std::string> write(EventType type, std::string payload_json);

@@ -258,7 +258,17 @@ TEST(Detection, OpenPoolByUrlAndMigrateSqlite) {
   auto pool = open_pool("sqlite://" + dir.file("m.db"), 2);
   auto conn = pool->acquire();
   EXPECT_EQ(migrate(*conn).from, 0);
+  EXPECT_EQ(migrate(*conn).from, 2);
+  // Version 2 gives DEAD rows of version 1 (no done_at) a retention that starts at the upgrade.
+  conn->execute("UPDATE outbox_schema_version SET version = 1");
+  conn->execute(
+      "INSERT INTO outbox_event (event_id, event_type, payload, status, available_at, created_at) "
+      "VALUES ('legacy', 'T', '{}', 3, 0, 0), ('legacy-done', 'T', '{}', 1, 0, 0)");
+  const auto before = std::chrono::system_clock::now();
   EXPECT_EQ(migrate(*conn).from, 1);
+  auto store = detect_store(*conn);
+  EXPECT_GE(store->find(*conn, "legacy")->done_at, before - std::chrono::seconds(1));
+  EXPECT_FALSE(store->find(*conn, "legacy-done")->done_at);
   conn->execute("UPDATE outbox_schema_version SET version = 99");
   EXPECT_THROW(migrate(*conn), std::invalid_argument);
   EXPECT_THROW(migrate(*conn, "bad name"), std::invalid_argument);

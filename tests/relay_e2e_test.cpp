@@ -122,7 +122,7 @@ class RelayE2E : public ::testing::TestWithParam<std::string> {
     }
     auto migrated = run_cli(dir_, "migrate --db '" + url_ + "' --table " + table_);
     ASSERT_EQ(migrated.exit_code, 0) << migrated.err;
-    ASSERT_NE(migrated.out.find("schema version 0 -> 1"), std::string::npos) << migrated.out;
+    ASSERT_NE(migrated.out.find("schema version 0 -> 2"), std::string::npos) << migrated.out;
     pool_ = open_pool(url_, 2);
     store_ = detect_store(*pool_->acquire(), table_);
   }
@@ -539,7 +539,7 @@ target = ")" + http.url("/hooks") +
 TEST_F(RelayE2ECli, StatusDeadReplayPurgeAndConfigErrors) {
   auto again = run_cli(dir, "migrate --db " + url);
   EXPECT_EQ(again.exit_code, 0);
-  EXPECT_NE(again.out.find("already at schema version 1"), std::string::npos);
+  EXPECT_NE(again.out.find("already at schema version 2"), std::string::npos);
 
   std::vector<EventEnvelope> events;
   for (int i = 0; i < 4; ++i) {
@@ -547,7 +547,7 @@ TEST_F(RelayE2ECli, StatusDeadReplayPurgeAndConfigErrors) {
   }
   store->insert_batch(*pool->acquire(), events);
   for (const auto& e : events) {
-    store->mark_dead(*pool->acquire(), e.event_id(), "broken");
+    store->mark_dead(*pool->acquire(), e.event_id(), std::chrono::system_clock::now(), "broken");
   }
   auto status = run_cli(dir, "status --json --db " + url);
   ASSERT_EQ(status.exit_code, 0) << status.err;

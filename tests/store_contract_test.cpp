@@ -227,14 +227,14 @@ TEST_P(StoreContract, MarkDoneOnlyFromPendingAndClearsClaim) {
   EXPECT_FALSE(row->locked_at);
   EXPECT_EQ(store().mark_done(conn(), "a", t0 + 3s), 0);
   EXPECT_EQ(store().mark_retry(conn(), "a", t0, 0ms, "x"), 0);
-  EXPECT_EQ(store().mark_dead(conn(), "a", "x"), 0);
+  EXPECT_EQ(store().mark_dead(conn(), "a", t0, "x"), 0);
   EXPECT_EQ(status("a"), EventStatus::Done);
   EXPECT_EQ(store().mark_done(conn(), "missing", t0), 0);
 }
 
 TEST_P(StoreContract, DeadRowsAreNeverTouchedByStatusUpdates) {
   insert("a", t0);
-  EXPECT_EQ(store().mark_dead(conn(), "a", "bad"), 1);
+  EXPECT_EQ(store().mark_dead(conn(), "a", t0, "bad"), 1);
   EXPECT_EQ(store().mark_done(conn(), "a", t0), 0);
   EXPECT_EQ(store().mark_retry(conn(), "a", t0, 0ms, "x"), 0);
   EXPECT_EQ(store().mark_deferred(conn(), "a", t0, 0ms, "x"), 0);
@@ -250,7 +250,7 @@ TEST_P(StoreContract, MarkDoneBatch) {
     ids.push_back("m" + std::to_string(i));
     insert(ids.back(), t0);
   }
-  store().mark_dead(conn(), "m5", "x");
+  store().mark_dead(conn(), "m5", t0, "x");
   EXPECT_EQ(store().mark_done_batch(conn(), ids, t0 + 1s), 1099);
   auto counts = store().count_by_status(conn());
   EXPECT_EQ(counts[1], 1099);
@@ -270,8 +270,8 @@ TEST_P(StoreContract, StatusReportOldestPendingAndDeadByType) {
                                  .payload_json("{}")
                                  .build());
   store().mark_done(conn(), "b", t0 + 6s);
-  store().mark_dead(conn(), "a", "x");
-  store().mark_dead(conn(), "o", "x");
+  store().mark_dead(conn(), "a", t0, "x");
+  store().mark_dead(conn(), "o", t0, "x");
   store().mark_retry(conn(), "c", t0 + 6s, 1h, "later");  // RETRY, not yet due: still pending
   EXPECT_EQ(store().oldest_pending(conn()), t0 + 3s);
   auto dead = store().count_dead_by_type(conn());
@@ -310,7 +310,7 @@ TEST_P(StoreContract, ErrorTruncationKeepsUtf8Whole) {
   insert("a", t0);
   std::string error(3999, 'x');
   error += "\xC3\xA9\xC3\xA9";  // the first é straddles the 4000-byte limit
-  store().mark_dead(conn(), "a", error);
+  store().mark_dead(conn(), "a", t0, error);
   auto stored = *store().find(conn(), "a")->last_error;
   EXPECT_EQ(stored, std::string(3999, 'x'));
 }
@@ -394,26 +394,41 @@ TEST_P(StoreContract, ReleasedClaimsAreClaimableAtOnce) {
 }
 
 TEST_P(StoreContract, RowsBornClaimedAreLeftToTheirOwnerUntilExpiry) {
-  store().insert_new(conn(), event("mine", t0), "node-a");
+  // The claim is stamped with the insert time (system clock here), whatever occurred_at says.
+  const auto base = std::chrono::system_clock::now();
+  store().insert_new(conn(), event("mine", base), "node-a");
   auto row = store().find(conn(), "mine");
   EXPECT_EQ(row->locked_by, "node-a");
   ASSERT_TRUE(row->locked_at);
-  const auto now = t0 + 1s;
-  EXPECT_TRUE(store().claim_pending(conn(), "node-b", now, 60s, 0us, 10).empty());
+  EXPECT_LE(*row->locked_at - base, 5s);
+  EXPECT_GE(*row->locked_at - base, -1s);
+  const auto stamped = *row->locked_at;
+  EXPECT_TRUE(store().claim_pending(conn(), "node-b", stamped + 1s, 60s, 0us, 10).empty());
   // Its own poller leaves it to the hot path for own_claim_grace (6 s of a 60 s lease), then may
   // take it (the hot path may have dropped it).
-  EXPECT_TRUE(store().claim_pending(conn(), "node-a", t0 + 5s, 60s, 0us, 10).empty());
-  auto own = store().claim_pending(conn(), "node-a", t0 + 7s, 60s, 0us, 10);
+  EXPECT_TRUE(store().claim_pending(conn(), "node-a", stamped + 5s, 60s, 0us, 10).empty());
+  auto own = store().claim_pending(conn(), "node-a", stamped + 7s, 60s, 0us, 10);
   ASSERT_EQ(own.size(), 1u);
   EXPECT_EQ(own[0].event_id, "mine");
   // Rows the poller just claimed are not claimed again by the same owner.
-  EXPECT_TRUE(store().claim_pending(conn(), "node-a", t0 + 8s, 60s, 0us, 10).empty());
-  auto expired = store().claim_pending(conn(), "node-b", t0 + 7s + 61s, 60s, 0us, 10);
+  EXPECT_TRUE(store().claim_pending(conn(), "node-a", stamped + 8s, 60s, 0us, 10).empty());
+  auto expired = store().claim_pending(conn(), "node-b", stamped + 7s + 61s, 60s, 0us, 10);
   ASSERT_EQ(expired.size(), 1u);
   EXPECT_EQ(expired[0].locked_by, "node-b");
-  std::vector<EventEnvelope> batch{event("b1", t0), event("b2", t0)};
+  std::vector<EventEnvelope> batch{event("b1", base), event("b2", base)};
   store().insert_batch(conn(), batch, "node-c");
   EXPECT_EQ(store().find(conn(), "b2")->locked_by, "node-c");
+}
+
+// Issue 9 item 7: the claim used to be stamped with occurred_at, so a back-dated event was born
+// with an expired claim that another node took at once while the writer's hot path delivered it.
+TEST_P(StoreContract, BackDatedEventsAreNotBornWithAnExpiredClaim) {
+  const auto now = std::chrono::system_clock::now();
+  store().insert_new(conn(), event("old", now - 24h), "node-a");
+  std::vector<EventEnvelope> batch{event("old1", now - 1h), event("old2", now - 1h)};
+  store().insert_batch(conn(), batch, "node-a");
+  EXPECT_TRUE(store().claim_pending(conn(), "node-b", now + 1s, 60s, 0us, 10).empty());
+  EXPECT_GE(*store().find(conn(), "old")->locked_at, now - 1s);
 }
 
 TEST_P(StoreContract, ClaimSkipsNotDueAndRecentRows) {
@@ -443,8 +458,8 @@ TEST_P(StoreContract, DeadQueriesFilterCountAndReplay) {
                                  .payload_json("{}")
                                  .build());
   insert("alive", t0);
-  store().mark_dead(conn(), "d1", "e1");
-  store().mark_dead(conn(), "d2", "e2");
+  store().mark_dead(conn(), "d1", t0, "e1");
+  store().mark_dead(conn(), "d2", t0, "e2");
   EXPECT_EQ(store().count_dead(conn(), std::nullopt), 2);
   EXPECT_EQ(store().count_dead(conn(), "A"), 1);
   auto all = store().query_dead(conn(), std::nullopt, std::nullopt, 10);
@@ -470,7 +485,7 @@ TEST_P(StoreContract, StatusPurgerDeletesOnlyOldTerminalRowsInBatches) {
   for (int i = 0; i < 5; ++i) {
     store().mark_done(conn(), "p" + std::to_string(i), t0 + 1s);
   }
-  store().mark_dead(conn(), "p5", "x");                  // dead, no done_at: judged by created_at
+  store().mark_dead(conn(), "p5", t0, "x");              // DEAD at t0
   EXPECT_EQ(b_.purger->purge(conn(), t0 + 1s, 100), 1);  // only p5 is older than t0 + 1 s
   EXPECT_EQ(b_.purger->purge(conn(), t0 + 2s, 3), 3);
   EXPECT_EQ(b_.purger->purge(conn(), t0 + 2s, 3), 2);
@@ -478,14 +493,84 @@ TEST_P(StoreContract, StatusPurgerDeletesOnlyOldTerminalRowsInBatches) {
   EXPECT_TRUE(store().find(conn(), "p6"));
 }
 
-TEST_P(StoreContract, AgePurgerDeletesEveryOldRow) {
+TEST_P(StoreContract, AgePurgerDeletesEveryOldRowButClaimedOnes) {
   insert("old-new", t0);
   insert("old-done", t0);
   store().mark_done(conn(), "old-done", t0);
   insert("young", t0 + 10s);
+  store().insert_new(conn(), event("old-claimed", t0), "relay-1");
   EXPECT_EQ(b_.age_purger->purge(conn(), t0 + 5s, 100), 2);
   EXPECT_TRUE(store().find(conn(), "young"));
+  EXPECT_TRUE(store().find(conn(), "old-claimed"));  // a relay is delivering it
   EXPECT_FALSE(store().find(conn(), "old-new"));
+  EXPECT_TRUE(b_.age_purger->deletes_pending());
+  EXPECT_FALSE(b_.purger->deletes_pending());
+}
+
+// Issue 9 item 4: mark_dead set no done_at, so the purge measured a DEAD row's age from
+// created_at and deleted an event that went DEAD after a long retry history at once.
+TEST_P(StoreContract, DeadRetentionCountsFromWhenTheRowWentDead) {
+  insert("late", t0);
+  store().mark_retry(conn(), "late", t0 + 24h, 1h, "still failing");
+  EXPECT_EQ(store().mark_dead(conn(), "late", t0 + 10 * 24h, "gave up"), 1);
+  EXPECT_EQ(store().find(conn(), "late")->done_at, t0 + 10 * 24h);
+  // A 7-day retention judged at day 11: DEAD for one day only, so kept.
+  EXPECT_EQ(b_.purger->purge(conn(), t0 + 4 * 24h, 100), 0);
+  EXPECT_EQ(status("late"), EventStatus::Dead);
+  EXPECT_EQ(b_.purger->purge(conn(), t0 + 10 * 24h + 1s, 100), 1);
+  // A replayed row's terminal time is cleared with it.
+  insert("again", t0);
+  store().mark_dead(conn(), "again", t0 + 1s, "x");
+  store().replay_dead(conn(), "again", t0 + 2s);
+  EXPECT_FALSE(store().find(conn(), "again")->done_at);
+}
+
+// Issue 9 item 5: an error text that is not valid UTF-8 (a body cut inside a character, binary
+// bytes, NUL) made PostgreSQL and strict MariaDB refuse the status write, so the row stayed NEW
+// and was delivered again forever.
+TEST_P(StoreContract, ErrorsThatAreNotUtf8AreStoredSanitized) {
+  insert("a", t0);
+  insert("b", t0);
+  const std::string bad = std::string("HTTP 400: caf\xC3") + "\xFF\xFE" + std::string(1, '\0') +
+                          "end \xE2\x82";  // a cut character at the end too
+  EXPECT_EQ(store().mark_retry(conn(), "a", t0, 1s, bad), 1);
+  auto row = store().find(conn(), "a");
+  EXPECT_EQ(row->status, EventStatus::Retry);
+  EXPECT_EQ(row->last_error, outbox::sanitize_utf8(bad));
+  EXPECT_EQ(row->last_error->find('\0'), std::string::npos);
+  EXPECT_NE(row->last_error->find("end"), std::string::npos);
+  EXPECT_EQ(store().mark_dead(conn(), "b", t0, bad), 1);
+  EXPECT_EQ(status("b"), EventStatus::Dead);
+  EXPECT_EQ(outbox::sanitize_utf8("ok \xE2\x82\xAC"), "ok \xE2\x82\xAC");
+  EXPECT_EQ(outbox::sanitize_utf8("\xC0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong NUL
+  EXPECT_EQ(outbox::sanitize_utf8("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+}
+
+// Issue 9 item 8: status updates checked the status but not the owner, so node A, whose claim
+// had expired and been taken by node B, overwrote B's outcome (a late DEAD, a RETRY that cleared
+// B's claim).
+TEST_P(StoreContract, AStaleOwnerCannotOverwriteTheNewOwnersOutcome) {
+  insert("a", t0);
+  ASSERT_EQ(store().claim_pending(conn(), "node-a", t0 + 1s, 1s, 0us, 10).size(), 1u);
+  ASSERT_EQ(store().claim_pending(conn(), "node-b", t0 + 5s, 1s, 0us, 10).size(), 1u);
+  EXPECT_EQ(store().mark_dead(conn(), "a", t0 + 6s, "late failure", true, "node-a"), 0);
+  EXPECT_EQ(store().mark_retry(conn(), "a", t0 + 6s, 1s, "late retry", "node-a"), 0);
+  EXPECT_EQ(store().mark_deferred(conn(), "a", t0 + 6s, 1s, "late defer", "node-a"), 0);
+  EXPECT_EQ(store().mark_done(conn(), "a", t0 + 6s, "node-a"), 0);
+  EXPECT_EQ(store().mark_done_batch(conn(), {"a"}, t0 + 6s, "node-a"), 0);
+  EXPECT_EQ(store().renew_claims(conn(), "node-a", {"a"}, t0 + 6s), 0);
+  auto row = store().find(conn(), "a");
+  EXPECT_EQ(row->status, EventStatus::New);
+  EXPECT_EQ(row->locked_by, "node-b");
+  EXPECT_EQ(row->attempts, 0);
+  EXPECT_EQ(store().renew_claims(conn(), "node-b", {"a", "missing"}, t0 + 7s), 1);
+  EXPECT_EQ(store().find(conn(), "a")->locked_at, t0 + 7s);
+  EXPECT_EQ(store().mark_done(conn(), "a", t0 + 8s, "node-b"), 1);
+  EXPECT_EQ(status("a"), EventStatus::Done);
+  // Without an owner (single node), updates apply to whoever holds the row.
+  insert("c", t0);
+  ASSERT_EQ(store().claim_pending(conn(), "node-b", t0 + 1s, 1s, 0us, 10).size(), 1u);
+  EXPECT_EQ(store().mark_retry(conn(), "c", t0 + 2s, 1s, "x"), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, StoreContract,

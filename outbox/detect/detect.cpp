@@ -144,6 +144,19 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
   if (result.from < 1) {
     create_schema_for(conn, table);
   }
+  // Version 2: DEAD rows record when they became DEAD in done_at (their purge retention counts
+  // from then). Rows that went DEAD before have none: their retention starts now, rather than
+  // at created_at, which would purge them at the next cycle.
+  if (result.from == 1) {
+    const std::string_view dialect = conn.dialect();
+    const std::string now = dialect == "postgres" ? "statement_timestamp()"
+                            : dialect == "mysql"
+                                ? "UTC_TIMESTAMP(6)"
+                                : std::to_string(to_micros(Clock::system()->now()));
+    conn.execute(
+        "UPDATE " + table + " SET done_at = " + now + " WHERE status = 3 AND done_at IS NULL",
+        none);
+  }
   if (result.from == 0) {
     conn.execute("INSERT INTO outbox_schema_version (table_name, version) VALUES ('" + table +
                      "', " + std::to_string(kSchemaVersion) + ")",

@@ -34,7 +34,7 @@ void create_schema_for(sql::Connection& conn, const std::string& table = "outbox
 std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size_t max_size = 8);
 
 /// The schema version this build creates.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;
 
 /// Versions before and after a migrate() call.
 struct MigrationResult {

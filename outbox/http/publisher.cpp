@@ -4,6 +4,8 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <algorithm>
+#include <array>
 #include <cctype>
 #include <ctime>
 #include <map>
@@ -37,11 +39,130 @@ bool valid_header(std::string_view name, std::string_view value) {
          value.find('\0') == std::string_view::npos;
 }
 
+// ASCII-only case folding: header names are ASCII tokens, and the locale must not matter.
+char ascii_lower(char c) {
+  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return ascii_lower(x) == ascii_lower(y);
+         });
+}
+
+bool istarts_with(std::string_view text, std::string_view prefix) {
+  return text.size() >= prefix.size() && iequals(text.substr(0, prefix.size()), prefix);
+}
+
+// The metadata headers of webhook mode. The prefix is reserved as a whole, so a later addition
+// cannot be forged by events written before it.
+constexpr std::string_view kHeaderEventId = "X-Outbox-Event-Id";
+constexpr std::string_view kHeaderEventType = "X-Outbox-Event-Type";
+constexpr std::string_view kHeaderAggregateType = "X-Outbox-Aggregate-Type";
+constexpr std::string_view kHeaderAggregateId = "X-Outbox-Aggregate-Id";
+constexpr std::string_view kHeaderTenantId = "X-Outbox-Tenant-Id";
+constexpr std::string_view kHeaderOccurredAt = "X-Outbox-Occurred-At";
+constexpr std::string_view kOwnPrefix = "X-Outbox-";
+
+// Headers that belong to the request itself rather than to the event: libcurl computes the
+// framing (Content-Length, Transfer-Encoding; a second value would make the receiver or a proxy
+// on the way read the body as a second, smuggled request), the target (Host), the body's
+// description (Content-*: the publisher sets Content-Type per payload, and no other Content-*
+// can be true of a body it builds) and the connection (hop-by-hop headers, RFC 9110 §7.6.1 and
+// RFC 9113 §8.2.2, Proxy-*). Expect is blanked on purpose (no 100-continue round trip).
+constexpr std::array<std::string_view, 9> kProtocolNames = {
+    "Host",       "Transfer-Encoding", "TE",     "Trailer",       "Connection",
+    "Keep-Alive", "Upgrade",           "Expect", "HTTP2-Settings"};
+constexpr std::array<std::string_view, 2> kProtocolPrefixes = {"Content-", "Proxy-"};
+
+bool is_protocol_header(std::string_view name) {
+  return std::any_of(kProtocolNames.begin(), kProtocolNames.end(),
+                     [&](std::string_view p) { return iequals(name, p); }) ||
+         std::any_of(kProtocolPrefixes.begin(), kProtocolPrefixes.end(),
+                     [&](std::string_view p) { return istarts_with(name, p); });
+}
+
+bool is_metadata_header(std::string_view name) {
+  for (std::string_view own : {kHeaderEventId, kHeaderEventType, kHeaderAggregateType,
+                               kHeaderAggregateId, kHeaderTenantId, kHeaderOccurredAt}) {
+    if (iequals(name, own)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The start of a response body, for the failure reason.
+struct BodyStart {
+  std::string bytes;       // at most kReasonBodyChars
+  bool truncated = false;  // the body went on past `bytes`
+};
+
 std::size_t collect_body(char* data, std::size_t size, std::size_t n, void* user) {
-  auto* body = static_cast<std::string*>(user);
-  const std::size_t room = kReasonBodyChars > body->size() ? kReasonBodyChars - body->size() : 0;
-  body->append(data, std::min(room, size * n));
+  auto* body = static_cast<BodyStart*>(user);
+  const std::size_t room =
+      kReasonBodyChars > body->bytes.size() ? kReasonBodyChars - body->bytes.size() : 0;
+  body->bytes.append(data, std::min(room, size * n));
+  body->truncated = body->truncated || size * n > room;
   return size * n;  // read everything (keeps the connection reusable), keep the start
+}
+
+// Reason text ends up in the outbox table's last_error (PostgreSQL refuses invalid UTF-8 and NUL
+// in text) and in logs, but a response body is whatever the receiver sent. Ill-formed sequences
+// become U+FFFD (one per maximal ill-formed subpart, Unicode §3.9), line breaks and tabs a space,
+// other control bytes '?'. With `truncated`, a character left incomplete at the end was cut by the
+// byte limit and is dropped rather than reported as garbage. Kept local (not truncate_error) so
+// the publisher's own results are clean whoever stores them.
+std::string clean_reason_text(std::string_view in, bool truncated) {
+  static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(in.size());
+  std::size_t i = 0;
+  while (i < in.size()) {
+    const auto lead = static_cast<unsigned char>(in[i]);
+    if (lead < 0x80) {
+      out.push_back(lead == '\t' || lead == '\n' || lead == '\r' ? ' '
+                    : lead < 0x20 || lead == 0x7f                ? '?'
+                                                                 : static_cast<char>(lead));
+      ++i;
+      continue;
+    }
+    // Well-formed sequences (Unicode Table 3-7): the second byte's range depends on the lead
+    // (no overlong forms, no surrogates, nothing past U+10FFFF).
+    std::size_t length = 0;
+    unsigned char low = 0x80;
+    unsigned char high = 0xbf;
+    if (lead >= 0xc2 && lead <= 0xdf) {
+      length = 2;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      length = 3;
+      low = lead == 0xe0 ? 0xa0 : 0x80;
+      high = lead == 0xed ? 0x9f : 0xbf;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      length = 4;
+      low = lead == 0xf0 ? 0x90 : 0x80;
+      high = lead == 0xf4 ? 0x8f : 0xbf;
+    }
+    std::size_t good = length == 0 ? 0 : 1;  // bytes of a well-formed prefix
+    while (good != 0 && good < length && i + good < in.size()) {
+      const auto c = static_cast<unsigned char>(in[i + good]);
+      if (c < (good == 1 ? low : 0x80) || c > (good == 1 ? high : 0xbf)) {
+        break;
+      }
+      ++good;
+    }
+    if (length != 0 && good == length) {
+      out.append(in.substr(i, length));
+      i += length;
+      continue;
+    }
+    if (truncated && length != 0 && i + good == in.size()) {
+      break;
+    }
+    out.append(kReplacement);
+    i += std::max<std::size_t>(good, 1);
+  }
+  return out;
 }
 
 struct CurlGlobal {
@@ -76,14 +197,13 @@ std::optional<std::chrono::milliseconds> parse_retry_after(const std::string& va
   return std::min<std::chrono::milliseconds>(delay, kMaxRetryAfter);
 }
 
-PublishResult classify_status(long status, const std::string& body,
-                              const std::string& retry_after) {
+PublishResult classify_status(long status, const BodyStart& body, const std::string& retry_after) {
   if (status >= 200 && status < 300) {
     return PublishResult::ok();
   }
   std::string reason = "HTTP " + std::to_string(status);
-  if (!body.empty()) {
-    reason += ": " + body;
+  if (!body.bytes.empty()) {
+    reason += ": " + clean_reason_text(body.bytes, body.truncated);
   }
   if (status == 408 || status == 429 || status >= 500) {
     return PublishResult::retriable(std::move(reason), parse_retry_after(retry_after));
@@ -143,6 +263,28 @@ struct HttpPublisher::Impl {
   std::mutex idle_mutex;  // guards idle
   std::vector<CURL*> idle;
 
+  // Why an envelope header may not travel under `name` (a valid token), or nullptr. libcurl sends
+  // a custom header in place of its own or next to ours, so any name the request already carries
+  // would let an event rewrite the request instead of annotating it.
+  const char* refusal(std::string_view name) const {
+    if (is_protocol_header(name) || iequals(name, "Authorization")) {
+      return "Host, Content-*, Transfer-Encoding, TE, Trailer, Connection, Keep-Alive, Upgrade, "
+             "Expect, Proxy-* and Authorization belong to the request, not the event";
+    }
+    if (istarts_with(name, kOwnPrefix)) {
+      return "X-Outbox-* names are reserved for the publisher's metadata";
+    }
+    if (iequals(name, options.signature_header)) {
+      return "it is the publisher's signature header";
+    }
+    for (const auto& [configured, value] : options.headers) {
+      if (iequals(name, configured)) {
+        return "the publisher's configuration sets this header";
+      }
+    }
+    return nullptr;
+  }
+
   ~Impl() {
     for (CURL* h : idle) {
       curl_easy_cleanup(h);
@@ -192,7 +334,7 @@ struct HttpPublisher::Impl {
     for (const auto& [name, value] : extra) {
       headers.add(name + ": " + value);
     }
-    std::string response;
+    BodyStart response;
     std::string retry_after;
     char error[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(h, CURLOPT_URL, url.c_str());
@@ -224,23 +366,28 @@ struct HttpPublisher::Impl {
   PublishResult post_one(const PublishRequest& request) {
     const EventEnvelope& e = *request.event;
     std::vector<std::pair<std::string, std::string>> extra = {
-        {"X-Outbox-Event-Id", e.event_id()},
-        {"X-Outbox-Event-Type", e.event_type()},
-        {"X-Outbox-Aggregate-Type", e.aggregate_type()},
-        {"X-Outbox-Occurred-At", format_rfc3339(e.occurred_at())}};
+        {std::string(kHeaderEventId), e.event_id()},
+        {std::string(kHeaderEventType), e.event_type()},
+        {std::string(kHeaderAggregateType), e.aggregate_type()},
+        {std::string(kHeaderOccurredAt), format_rfc3339(e.occurred_at())}};
     if (e.aggregate_id()) {
-      extra.emplace_back("X-Outbox-Aggregate-Id", *e.aggregate_id());
+      extra.emplace_back(kHeaderAggregateId, *e.aggregate_id());
     }
     if (e.tenant_id()) {
-      extra.emplace_back("X-Outbox-Tenant-Id", *e.tenant_id());
+      extra.emplace_back(kHeaderTenantId, *e.tenant_id());
     }
     for (const auto& [name, value] : e.headers()) {
       extra.emplace_back(name, value);
     }
     for (const auto& [name, value] : extra) {
       if (!valid_header(name, value)) {
-        return PublishResult::permanent("http: header '" + name +
+        return PublishResult::permanent("http: header '" + clean_reason_text(name, false) +
                                         "' is not a valid HTTP header name or value");
+      }
+    }
+    for (const auto& [name, value] : e.headers()) {
+      if (const char* why = refusal(name)) {
+        return PublishResult::permanent("http: envelope header '" + name + "' refused: " + why);
       }
     }
     if (e.has_json_payload()) {
@@ -300,9 +447,30 @@ HttpPublisher::HttpPublisher(Options options) : impl_(std::make_unique<Impl>()) 
   if (!valid_header(options.signature_header, "")) {
     throw std::invalid_argument("HttpPublisher: signature_header is not a valid header name");
   }
+  // The signature may sit under an X-Outbox-* name (the default is X-Outbox-Signature), but not
+  // under one the request already carries.
+  if (is_protocol_header(options.signature_header) ||
+      iequals(options.signature_header, "Authorization") ||
+      is_metadata_header(options.signature_header)) {
+    throw std::invalid_argument("HttpPublisher: signature_header '" + options.signature_header +
+                                "' is a header the publisher or libcurl already sets");
+  }
   for (const auto& [name, value] : options.headers) {
     if (!valid_header(name, value)) {
       throw std::invalid_argument("HttpPublisher: headers: '" + name + "' is not a valid header");
+    }
+    // Configuration is trusted, but the same names are refused as for events: a configured
+    // Content-Length or Transfer-Encoding would misframe every request, Content-Type would
+    // contradict the one set per payload (JSON or octet-stream), hop-by-hop headers concern the
+    // connection libcurl manages, and X-Outbox-* or the signature header would be sent twice,
+    // leaving the receiver to guess which one is real. Authorization stays allowed (it is how a
+    // scheme other than Bearer is configured) unless bearer_token sets it already.
+    const bool taken = is_protocol_header(name) || istarts_with(name, kOwnPrefix) ||
+                       iequals(name, options.signature_header) ||
+                       (iequals(name, "Authorization") && !options.bearer_token.empty());
+    if (taken) {
+      throw std::invalid_argument("HttpPublisher: headers: '" + name +
+                                  "' is a header the publisher or libcurl sets itself");
     }
   }
   if (!valid_header("Authorization", options.bearer_token)) {

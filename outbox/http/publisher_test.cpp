@@ -1,10 +1,22 @@
 #include "outbox/http/publisher.hpp"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstdlib>
 #include <ctime>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <thread>
 
 #include "tests/support/http_server.hpp"
 
@@ -20,6 +32,213 @@ EventEnvelope event(int n) {
       .header("traceparent", "00-abc-" + std::to_string(n))
       .payload_json("{\"n\":" + std::to_string(n) + "}")
       .build();
+}
+
+// An HTTP/1.1 server on raw sockets that records every byte it receives: cpp-httplib parses
+// requests, and so would hide a second request smuggled inside the first one's body. Connections
+// are served one at a time: after the head and Content-Length bytes of body, "200 ok" with
+// Connection: close, then whatever else arrives is still recorded until the client closes.
+class RawHttpServer {
+ public:
+  RawHttpServer() {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof addr;
+    if (listen_fd_ < 0 || ::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), length) != 0 ||
+        ::listen(listen_fd_, 16) != 0 ||
+        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &length) != 0 ||
+        ::pipe(wake_) != 0) {
+      throw std::runtime_error("RawHttpServer: cannot listen");
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~RawHttpServer() {
+    const char stop = 0;
+    if (::write(wake_[1], &stop, 1) != 1) {
+      std::abort();  // the thread would never stop
+    }
+    thread_.join();
+    ::close(listen_fd_);
+    ::close(wake_[0]);
+    ::close(wake_[1]);
+  }
+  RawHttpServer(const RawHttpServer&) = delete;
+  RawHttpServer& operator=(const RawHttpServer&) = delete;
+
+  std::string url(const std::string& path) const {
+    return "http://127.0.0.1:" + std::to_string(port_) + path;
+  }
+  /// Connections accepted and bytes read so far, finished connections or not.
+  std::size_t accepted() const {
+    std::lock_guard lock(mutex_);
+    return accepted_;
+  }
+  std::size_t bytes_received() const {
+    std::lock_guard lock(mutex_);
+    return bytes_received_;
+  }
+  /// Waits up to `timeout` for `n` connections to finish; returns the raw bytes of each so far.
+  std::vector<std::string> wait_for_connections(std::size_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    finished_changed_.wait_for(lock, timeout, [&] { return finished_.size() >= n; });
+    return finished_;
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) {
+          continue;
+        }
+        return;
+      }
+      if (fds[1].revents != 0) {
+        return;
+      }
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) {
+        continue;
+      }
+      {
+        std::lock_guard lock(mutex_);
+        ++accepted_;
+      }
+      std::string bytes = serve(fd);
+      ::close(fd);
+      {
+        std::lock_guard lock(mutex_);
+        finished_.push_back(std::move(bytes));
+      }
+      finished_changed_.notify_all();
+    }
+  }
+
+  // Appends what `fd` has next; false on end of stream, error, deadline or stop.
+  bool read_more(int fd, std::string& bytes, std::chrono::steady_clock::time_point deadline) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    pollfd fds[2] = {{fd, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (left.count() <= 0 || ::poll(fds, 2, static_cast<int>(left.count())) <= 0 ||
+        fds[1].revents != 0) {
+      return false;
+    }
+    char buffer[4096];
+    const ssize_t n = ::recv(fd, buffer, sizeof buffer, 0);
+    if (n <= 0) {
+      return false;
+    }
+    bytes.append(buffer, static_cast<std::size_t>(n));
+    std::lock_guard lock(mutex_);
+    bytes_received_ += static_cast<std::size_t>(n);
+    return true;
+  }
+
+  // Where the first request in `bytes` ends (head + Content-Length), or npos while incomplete.
+  static std::size_t request_end(const std::string& bytes) {
+    const auto head_end = bytes.find("\r\n\r\n");
+    if (head_end == std::string::npos) {
+      return std::string::npos;
+    }
+    std::string head = bytes.substr(0, head_end + 2);
+    std::transform(head.begin(), head.end(), head.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::size_t length = 0;
+    const auto field = head.find("\r\ncontent-length:");
+    if (field != std::string::npos) {
+      length = std::strtoul(head.c_str() + field + 17, nullptr, 10);
+    }
+    const std::size_t end = head_end + 4 + length;
+    return bytes.size() >= end ? end : std::string::npos;
+  }
+
+  std::string serve(int fd) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::string bytes;
+    while (request_end(bytes) == std::string::npos && read_more(fd, bytes, deadline)) {
+    }
+    if (request_end(bytes) != std::string::npos) {
+      constexpr std::string_view kAnswer =
+          "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
+      if (::send(fd, kAnswer.data(), kAnswer.size(), MSG_NOSIGNAL) < 0) {
+        return bytes;
+      }
+      ::shutdown(fd, SHUT_WR);
+      while (read_more(fd, bytes, deadline)) {  // until the client closes: keep the leftovers
+      }
+    }
+    return bytes;
+  }
+
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};  // written once to stop the thread
+  int port_ = 0;
+  std::thread thread_;
+  mutable std::mutex mutex_;  // guards accepted_, bytes_received_ and finished_
+  std::condition_variable finished_changed_;
+  std::size_t accepted_ = 0;
+  std::size_t bytes_received_ = 0;
+  std::vector<std::string> finished_;
+};
+
+// Well-formed UTF-8 (Unicode Table 3-7) without C0 controls or DEL: what every store accepts as
+// text and a log line can show.
+bool is_clean_utf8(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto b = static_cast<unsigned char>(text[i]);
+    if (b < 0x80) {
+      if (b < 0x20 || b == 0x7f) {
+        return false;
+      }
+      ++i;
+      continue;
+    }
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xbf;
+    if (b >= 0xc2 && b <= 0xdf) {
+      length = 2;
+    } else if (b >= 0xe0 && b <= 0xef) {
+      length = 3;
+      low = b == 0xe0 ? 0xa0 : 0x80;
+      high = b == 0xed ? 0x9f : 0xbf;
+    } else if (b >= 0xf0 && b <= 0xf4) {
+      length = 4;
+      low = b == 0xf0 ? 0x90 : 0x80;
+      high = b == 0xf4 ? 0x8f : 0xbf;
+    } else {
+      return false;
+    }
+    if (i + length > text.size()) {
+      return false;
+    }
+    for (std::size_t k = 1; k < length; ++k) {
+      const auto c = static_cast<unsigned char>(text[i + k]);
+      if (c < (k == 1 ? low : 0x80) || c > (k == 1 ? high : 0xbf)) {
+        return false;
+      }
+    }
+    i += length;
+  }
+  return true;
+}
+
+std::size_t count_of(const std::string& text, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+std::string lower(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return text;
 }
 
 TEST(HttpPublisher, WebhookPostsPayloadWithMetadataTokenAndSignature) {
@@ -182,6 +401,160 @@ TEST(HttpPublisher, RetryAfterIsReportedInSecondsOrAsAnHttpDate) {
   EXPECT_EQ(result("/garbage").retry_after, std::nullopt);
   EXPECT_EQ(result("/none").retry_after, std::nullopt);
   EXPECT_EQ(result("/none").kind, Kind::Retriable);
+}
+
+// Issue 9 item 11: an envelope header `Content-Length: 0` used to replace libcurl's own, so the
+// receiver read the body as a second request. Names the request already carries are refused and
+// nothing reaches the wire; other envelope headers still do.
+TEST(HttpPublisher, EnvelopeHeadersCannotReframeOrForgeTheRequest) {
+  RawHttpServer server;
+  HttpPublisher publisher({.request_timeout = std::chrono::seconds(5),
+                           .hmac_secret = "k",
+                           .signature_header = "X-Sig",
+                           .headers = {{"X-Env", "test"}}});
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"Content-Length", "0"},
+      {"content-length", "0"},
+      {"Transfer-Encoding", "chunked"},
+      {"transfer-encoding", "chunked"},
+      {"Host", "evil"},
+      {"host", "evil"},
+      {"X-Outbox-Event-Id", "forged"},
+      {"x-outbox-event-id", "forged"},
+      {"X-OUTBOX-Replayed", "forged"},
+      {"Content-Type", "text/plain"},
+      {"Content-Encoding", "gzip"},
+      {"content-range", "bytes 0-1/2"},
+      {"TE", "trailers"},
+      {"Trailer", "X-Forged"},
+      {"Connection", "close"},
+      {"Keep-Alive", "timeout=5"},
+      {"Upgrade", "h2c"},
+      {"Proxy-Authorization", "Basic Zm9yZ2Vk"},
+      {"Expect", "100-continue"},
+      {"authorization", "Bearer forged"},
+      {"x-sig", "sha256=forged"},  // the configured signature header
+      {"x-env", "forged"},         // a configured static header
+  };
+  std::vector<EventEnvelope> events;
+  for (const auto& [name, value] : refused) {
+    events.push_back(EventEnvelope::builder(EventType::of("OrderPlaced"))
+                         .header("X-Trace", "1")
+                         .header(name, value)
+                         .payload_json("{\"n\":1}")
+                         .build());
+  }
+  std::vector<PublishRequest> batch;
+  for (const auto& e : events) {
+    batch.push_back({&e, server.url("/hook")});
+  }
+  auto results = publisher.publish(batch);
+  ASSERT_EQ(results.size(), refused.size());
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    EXPECT_EQ(results[i].kind, Kind::Permanent) << refused[i].first << ": " << results[i].reason;
+    EXPECT_NE(results[i].reason.find("'" + refused[i].first + "'"), std::string::npos)
+        << results[i].reason;
+  }
+  // publish() waits for the answer, and the server reads a request before answering: anything
+  // sent would already be counted.
+  EXPECT_EQ(server.accepted(), 0u);
+  EXPECT_EQ(server.bytes_received(), 0u);
+
+  auto ordinary = EventEnvelope::builder(EventType::of("OrderPlaced"))
+                      .header("X-Trace", "1")
+                      .header("traceparent", "00-abc-1")
+                      .payload_json("{\"n\":2}")
+                      .build();
+  auto ok = publisher.publish(std::vector<PublishRequest>{{&ordinary, server.url("/hook")}});
+  ASSERT_EQ(ok.size(), 1u);
+  EXPECT_TRUE(ok[0].is_ok()) << ok[0].reason;
+  const auto connections = server.wait_for_connections(1, std::chrono::seconds(5));
+  ASSERT_EQ(connections.size(), 1u);
+  EXPECT_EQ(server.accepted(), 1u);
+  const std::string& raw = connections[0];
+  ASSERT_GE(raw.size(), 7u);
+  EXPECT_EQ(raw.rfind("POST /hook HTTP/1.1\r\n", 0), 0u) << raw;
+  EXPECT_NE(raw.find("\r\nX-Trace: 1\r\n"), std::string::npos) << raw;
+  EXPECT_NE(raw.find("\r\ntraceparent: 00-abc-1\r\n"), std::string::npos) << raw;
+  EXPECT_NE(raw.find("\r\nX-Outbox-Event-Id: " + ordinary.event_id() + "\r\n"), std::string::npos)
+      << raw;
+  EXPECT_EQ(count_of(raw, "POST "), 1u) << raw;
+  EXPECT_EQ(count_of(lower(raw), "\r\ncontent-length:"), 1u) << raw;
+  EXPECT_EQ(count_of(lower(raw), "\r\nhost:"), 1u) << raw;
+  EXPECT_EQ(raw.find("forged"), std::string::npos) << raw;
+  EXPECT_EQ(raw.find("evil"), std::string::npos) << raw;
+  EXPECT_EQ(raw.substr(raw.size() - 7), "{\"n\":2}") << raw;  // the body ends the stream
+}
+
+// Batch mode carries envelope headers as JSON members, where no name can reframe the request.
+TEST(HttpPublisher, BatchModeCarriesAnyEnvelopeHeaderNameInTheBody) {
+  testing::HttpTestServer server;
+  HttpPublisher publisher({.mode = HttpPublisher::Mode::Batch});
+  auto e = EventEnvelope::builder(EventType::of("OrderPlaced"))
+               .header("Content-Length", "0")
+               .payload_json("{}")
+               .build();
+  auto results = publisher.publish(std::vector<PublishRequest>{{&e, server.url("/batch")}});
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_TRUE(results[0].is_ok()) << results[0].reason;
+  auto got = server.received();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(nlohmann::json::parse(got[0].body).at(0).at("headers").at("Content-Length"), "0");
+}
+
+// Issue 9 item 5: the reason keeps 200 bytes of the body, which could end inside a character or
+// hold invalid UTF-8 and NUL bytes; PostgreSQL then refused to store the error.
+TEST(HttpPublisher, ReasonFromTheResponseBodyIsCleanUtf8) {
+  testing::HttpTestServer server;
+  std::string cut = std::string("bad\xff", 4) + std::string(1, '\0') +
+                    "nul\ttab\r\nline \xC0\xAF overlong \xED\xA0\x80 surrogate ";
+  cut.resize(199, 'a');
+  cut += "\xE2\x82\xAC tail";  // bytes 199-201: the 200-byte limit splits the euro sign
+  server.respond([&](const testing::ReceivedRequest& r, httplib::Response& res) {
+    res.status = 400;
+    res.set_content(r.path == "/cut"     ? cut
+                    : r.path == "/short" ? std::string("ok\xE2\x82")
+                                         : std::string("\xE2\x82\xAC"),
+                    "text/plain");
+  });
+  HttpPublisher publisher({});
+  auto e = event(1);
+  auto reason_of = [&](const char* path) {
+    auto r = publisher.publish(std::vector<PublishRequest>{{&e, server.url(path)}}).at(0);
+    EXPECT_EQ(r.kind, Kind::Permanent) << path;
+    EXPECT_TRUE(is_clean_utf8(r.reason)) << path << ": " << r.reason;
+    return r.reason;
+  };
+  const std::string reason = reason_of("/cut");
+  EXPECT_EQ(reason.rfind("HTTP 400: bad\xEF\xBF\xBD?nul tab  line \xEF\xBF\xBD", 0), 0u) << reason;
+  EXPECT_NE(reason.find("surrogate aaaa"), std::string::npos) << reason;
+  EXPECT_EQ(reason.back(), 'a') << reason;  // the split character is dropped, not garbled
+  // A body that itself ends inside a character was not cut: that is reported as invalid.
+  EXPECT_EQ(reason_of("/short"), "HTTP 400: ok\xEF\xBF\xBD");
+  EXPECT_EQ(reason_of("/whole"), "HTTP 400: \xE2\x82\xAC");
+}
+
+TEST(HttpPublisher, RefusesConfiguredHeadersTheRequestAlreadyCarries) {
+  const std::vector<std::pair<std::string, std::string>> taken = {
+      {"Content-Length", "0"},    {"transfer-encoding", "chunked"},
+      {"Host", "elsewhere"},      {"Content-Type", "text/plain"},
+      {"Connection", "close"},    {"Proxy-Authorization", "Basic x"},
+      {"X-Outbox-Event-Id", "x"}, {"x-outbox-source", "orders"},
+      {"x-outbox-signature", "x"}};
+  for (const auto& [name, value] : taken) {
+    EXPECT_THROW(HttpPublisher({.headers = {{name, value}}}), std::invalid_argument) << name;
+  }
+  EXPECT_THROW(HttpPublisher({.signature_header = "X-Sig", .headers = {{"x-sig", "v"}}}),
+               std::invalid_argument);
+  EXPECT_THROW(HttpPublisher({.bearer_token = "t", .headers = {{"Authorization", "Basic x"}}}),
+               std::invalid_argument);
+  for (const char* name : {"Content-Length", "host", "Authorization", "X-Outbox-Event-Id"}) {
+    EXPECT_THROW(HttpPublisher({.signature_header = name}), std::invalid_argument) << name;
+  }
+  // Another authorization scheme is configured as a header; any other name is the user's.
+  EXPECT_NO_THROW(
+      HttpPublisher({.headers = {{"Authorization", "Basic dTpw"}, {"X-Source", "orders"}}}));
+  EXPECT_NO_THROW(HttpPublisher({.signature_header = "X-Hub-Signature-256"}));
 }
 
 TEST(HttpPublisher, RejectsBadOptions) {

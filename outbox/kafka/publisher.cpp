@@ -2,6 +2,7 @@
 
 #include <librdkafka/rdkafka.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -66,6 +67,23 @@ void on_delivery(rd_kafka_t*, const rd_kafka_message_t* message, void*) {
   if (--batch->remaining == 0) {
     batch->done.notify_all();
   }
+}
+
+// Names starting with "outbox-" (any case) are the publisher's: an envelope header under one
+// would sit next to the real outbox-event-id etc., and a consumer reading the first or the last
+// value of a name (or matching names case-insensitively) could take it for the real one.
+bool is_reserved_header(std::string_view name) {
+  constexpr std::string_view kPrefix = "outbox-";
+  if (name.size() < kPrefix.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < kPrefix.size(); ++i) {
+    const char c = name[i];
+    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != kPrefix[i]) {
+      return false;
+    }
+  }
+  return true;
 }
 
 void on_log(const rd_kafka_t*, int level, const char* facility, const char* message) {
@@ -149,6 +167,14 @@ std::vector<PublishResult> KafkaPublisher::publish(std::span<const PublishReques
     const EventEnvelope& event = *batch[i].event;
     if (batch[i].target.empty()) {
       pending.results[i] = PublishResult::permanent("kafka: no topic for event");
+      continue;
+    }
+    const auto reserved = std::find_if(event.headers().begin(), event.headers().end(),
+                                       [](const auto& h) { return is_reserved_header(h.first); });
+    if (reserved != event.headers().end()) {
+      pending.results[i] = PublishResult::permanent(
+          "kafka: envelope header '" + reserved->first +
+          "' refused: outbox-* names are reserved for the publisher's metadata");
       continue;
     }
     rd_kafka_headers_t* headers = rd_kafka_headers_new(8 + event.headers().size());

@@ -10,7 +10,9 @@
 
 namespace outbox::kafka {
 
-/// Header names the publisher sets on every message (the envelope's own headers follow as is).
+/// Header names the publisher sets on every message. The envelope's own headers follow as is,
+/// except that an envelope header named outbox-* (any case) fails the event as Permanent: it could
+/// pass for one of these.
 inline constexpr const char* kHeaderEventId = "outbox-event-id";
 inline constexpr const char* kHeaderEventType = "outbox-event-type";
 inline constexpr const char* kHeaderAggregateType = "outbox-aggregate-type";

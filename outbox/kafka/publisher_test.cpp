@@ -112,6 +112,38 @@ TEST(KafkaPublisher, OversizeMessageIsPermanentAndUnreachableBrokerRetriable) {
   EXPECT_EQ(down[0].kind, PublishResult::Kind::Retriable) << down[0].reason;
 }
 
+// Issue 9 item 11: an envelope header named like the publisher's own (any case) used to travel
+// next to it, so a consumer could read a forged event id or type.
+TEST(KafkaPublisher, EnvelopeHeadersCannotPassForOutboxHeaders) {
+  testing::KafkaMockCluster cluster;
+  cluster.create_topic("t", 1);
+  KafkaPublisher publisher({.brokers = cluster.bootstraps()});
+  auto forged_id = EventEnvelope::builder(EventType::of("OrderPlaced"))
+                       .header("outbox-event-id", "forged")
+                       .payload_json("{}")
+                       .build();
+  auto forged_type = EventEnvelope::builder(EventType::of("OrderPlaced"))
+                         .header("OUTBOX-Event-Type", "Forged")
+                         .payload_json("{}")
+                         .build();
+  auto ordinary = event("a", 1);
+  auto r = publisher.publish(
+      std::vector<PublishRequest>{{&forged_id, "t"}, {&forged_type, "t"}, {&ordinary, "t"}});
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(r[0].kind, PublishResult::Kind::Permanent) << r[0].reason;
+  EXPECT_NE(r[0].reason.find("'outbox-event-id'"), std::string::npos) << r[0].reason;
+  EXPECT_EQ(r[1].kind, PublishResult::Kind::Permanent) << r[1].reason;
+  EXPECT_NE(r[1].reason.find("'OUTBOX-Event-Type'"), std::string::npos) << r[1].reason;
+  EXPECT_TRUE(r[2].is_ok()) << r[2].reason;
+
+  // One partition, produced in order: had the refused events been sent, they would come first.
+  auto messages = testing::consume(cluster.bootstraps(), {"t"}, 1);
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_EQ(messages[0].offset, 0);
+  EXPECT_EQ(messages[0].headers.at(kHeaderEventId), ordinary.event_id());
+  EXPECT_EQ(messages[0].headers.at("traceparent"), "00-abc-def-01");
+}
+
 TEST(KafkaPublisher, RejectsBadSettingsWithTheirName) {
   EXPECT_THROW(KafkaPublisher({}), std::invalid_argument);
   try {

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 
 #include "outbox/errors.hpp"
 
@@ -41,6 +42,7 @@ class MyConnection final : public sql::Connection {
   using sql::Connection::query;
 
   std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
+    track_savepoints(sql);
     if (params.empty()) {
       simple(sql);
       const auto n = mysql_affected_rows(conn_);
@@ -53,6 +55,7 @@ class MyConnection final : public sql::Connection {
   }
 
   std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
+    track_savepoints(sql);
     MYSQL_STMT* st = run(sql, params);
     std::vector<sql::Row> rows;
     MYSQL_RES* meta = mysql_stmt_result_metadata(st);
@@ -126,10 +129,47 @@ class MyConnection final : public sql::Connection {
     return rows;
   }
 
-  void begin() override { simple("START TRANSACTION"); }
-  void commit() override { simple("COMMIT"); }
-  void rollback() override { simple("ROLLBACK"); }
+  void begin() override {
+    reset_savepoints();
+    simple("START TRANSACTION");
+    begun_ = true;
+    ended_by_error_ = false;
+  }
+  void commit() override {
+    reset_savepoints();
+    const bool begun = std::exchange(begun_, false);
+    if (begun && ended_by_error_) {
+      throw StoreError(
+          "mysql: COMMIT refused: the server rolled the transaction back after an earlier error "
+          "(deadlock or lock wait timeout); nothing was committed [SQLSTATE 40001]",
+          "40001");
+    }
+    if (begun && !in_transaction()) {
+      throw StoreError(
+          "mysql: COMMIT refused: the transaction had already ended (a statement such as DDL "
+          "committed it implicitly); statements after it were autocommitted [SQLSTATE 25000]",
+          "25000");
+    }
+    simple("COMMIT");
+  }
+  void rollback() override {
+    reset_savepoints();
+    const bool begun = std::exchange(begun_, false);
+    if (begun && ended_by_error_) {
+      return;  // the server rolled it back already
+    }
+    if (begun && !in_transaction()) {
+      throw StoreError(
+          "mysql: ROLLBACK impossible: the transaction had already been committed implicitly "
+          "(e.g. by DDL); what it wrote before that is committed [SQLSTATE 25000]",
+          "25000");
+    }
+    simple("ROLLBACK");
+  }
   bool in_transaction() const override {
+    if (ended_by_error_) {
+      return false;
+    }
     unsigned int status = 0;
     if (mariadb_get_infov(conn_, MARIADB_CONNECTION_SERVER_STATUS, &status) != 0) {
       return false;
@@ -144,6 +184,10 @@ class MyConnection final : public sql::Connection {
                          std::string_view sql) {
     if (is_lost_link(err)) {
       broken_ = true;
+    } else if (begun_ && !ended_by_error_) {
+      // Error packets carry no status flags: ask whether this error (a deadlock, a lock wait
+      // timeout with innodb_rollback_on_timeout, …) ended the transaction.
+      ended_by_error_ = !server_in_transaction();
     }
     std::string state = sqlstate != nullptr ? sqlstate : "";
     if (state == "00000") {
@@ -169,6 +213,9 @@ class MyConnection final : public sql::Connection {
   }
 
   void simple(std::string_view sql) {
+    if (begun_) {
+      check_open(sql);
+    }
     if (mysql_real_query(conn_, sql.data(), static_cast<unsigned long>(sql.size())) != 0) {
       fail_conn(sql);
     }
@@ -203,10 +250,39 @@ class MyConnection final : public sql::Connection {
     return raw;
   }
 
+  // Refuses statements once the transaction begun here has ended behind our back: run now they
+  // would autocommit, and an outbox row could outlive the rollback of the business rows.
+  void check_open(std::string_view sql) const {
+    if (begun_ && !in_transaction()) {
+      throw StoreError(std::string("mysql: the transaction begun on this connection has already "
+                                   "ended (") +
+                           (ended_by_error_ ? "rolled back by the server after an error"
+                                            : "committed implicitly, e.g. by DDL") +
+                           "); roll back and begin again [" + std::string(sql.substr(0, 200)) + "]",
+                       ended_by_error_ ? "40001" : "25000");
+    }
+  }
+
+  bool server_in_transaction() {
+    static constexpr std::string_view kQuery = "SELECT @@in_transaction";
+    if (mysql_real_query(conn_, kQuery.data(), kQuery.size()) != 0) {
+      return false;
+    }
+    bool in = false;
+    if (MYSQL_RES* res = mysql_store_result(conn_)) {
+      if (MYSQL_ROW row = mysql_fetch_row(res); row != nullptr && row[0] != nullptr) {
+        in = std::string_view(row[0]) == "1";
+      }
+      mysql_free_result(res);
+    }
+    return in;
+  }
+
   MYSQL_STMT* run(std::string_view sql, std::span<const sql::Value> params) {
     if (broken_) {
       fail(CR_SERVER_GONE_ERROR, "08S01", "connection was lost earlier", sql);
     }
+    check_open(sql);
     MYSQL_STMT* st = prepare(sql);
     if (mysql_stmt_param_count(st) != params.size()) {
       throw StoreError("mysql: statement expects " + std::to_string(mysql_stmt_param_count(st)) +
@@ -268,6 +344,8 @@ class MyConnection final : public sql::Connection {
   MYSQL* conn_;
   bool owned_;
   bool broken_ = false;
+  bool begun_ = false;           // between begin() and commit()/rollback()
+  bool ended_by_error_ = false;  // the server rolled back the transaction begun here
   std::unordered_map<std::string, StmtPtr, SqlHash, std::equal_to<>> statements_;
 };
 

@@ -60,6 +60,13 @@ class Query {
     sql_ += ')';
     return *this;
   }
+  /// The claim condition of a status update; an empty owner means no claim locking.
+  Query& owned(std::string_view owner) {
+    if (!owner.empty()) {
+      sql(" AND locked_by = ").param(TextRef{owner});
+    }
+    return *this;
+  }
   std::int64_t execute(sql::Connection& conn) const { return conn.execute(sql_, params_); }
   std::vector<sql::Row> query(sql::Connection& conn) const { return conn.query(sql_, params_); }
 
@@ -140,6 +147,7 @@ void MySqlOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& ev
 void MySqlOutboxStore::insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events,
                                     std::string_view lock_owner) {
   const bool db_clock = options_.use_database_clock;
+  const Timestamp claimed_at = Clock::system()->now();
   for (std::size_t start = 0; start < events.size(); start += kInsertChunk) {
     const std::size_t n = std::min(kInsertChunk, events.size() - start);
     Query q(db_clock);
@@ -174,19 +182,23 @@ void MySqlOutboxStore::insert_batch(sql::Connection& conn, const std::vector<Eve
       if (lock_owner.empty()) {
         q.sql("NULL,NULL)");
       } else {
-        q.param(TextRef{lock_owner}).sql(",").now(e.occurred_at()).sql(")");
+        // The claim starts at the insert, never at the envelope's (possibly back-dated)
+        // occurred_at.
+        q.param(TextRef{lock_owner}).sql(",").now(claimed_at).sql(")");
       }
     }
     q.execute(conn);
   }
 }
 
-int MySqlOutboxStore::mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) {
-  return mark_done_batch(conn, {std::string(event_id)}, now);
+int MySqlOutboxStore::mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                std::string_view owner) {
+  return mark_done_batch(conn, {std::string(event_id)}, now, owner);
 }
 
 int MySqlOutboxStore::mark_done_batch(sql::Connection& conn,
-                                      const std::vector<std::string>& event_ids, Timestamp now) {
+                                      const std::vector<std::string>& event_ids, Timestamp now,
+                                      std::string_view owner) {
   int changed = 0;
   for (std::size_t i = 0; i < event_ids.size(); i += kIdChunk) {
     const std::size_t n = std::min(kIdChunk, event_ids.size() - i);
@@ -195,25 +207,28 @@ int MySqlOutboxStore::mark_done_batch(sql::Connection& conn,
         .now(now)
         .sql(", locked_by = NULL, locked_at = NULL WHERE event_id IN ")
         .ids(event_ids, i, n)
-        .sql(" AND status IN (0, 2)");
+        .sql(" AND status IN (0, 2)")
+        .owned(owner);
     changed += to_int(q.execute(conn));
   }
   return changed;
 }
 
 int MySqlOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                                 std::chrono::milliseconds delay, std::string_view error) {
-  return reschedule(conn, event_id, now, delay, error, true);
+                                 std::chrono::milliseconds delay, std::string_view error,
+                                 std::string_view owner) {
+  return reschedule(conn, event_id, now, delay, error, true, owner);
 }
 
 int MySqlOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                                    std::chrono::milliseconds delay, std::string_view reason) {
-  return reschedule(conn, event_id, now, delay, reason, false);
+                                    std::chrono::milliseconds delay, std::string_view reason,
+                                    std::string_view owner) {
+  return reschedule(conn, event_id, now, delay, reason, false, owner);
 }
 
 int MySqlOutboxStore::reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
                                  std::chrono::milliseconds delay, std::string_view message,
-                                 bool count_attempt) {
+                                 bool count_attempt, std::string_view owner) {
   const std::string truncated = truncate_error(message);
   Query q(options_.use_database_clock);
   q.sql("UPDATE " + options_.table + " SET status = 2, attempts = attempts + " +
@@ -225,19 +240,44 @@ int MySqlOutboxStore::reschedule(sql::Connection& conn, std::string_view event_i
       .param(TextRef{truncated})
       .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
       .param(TextRef{event_id})
-      .sql(" AND status IN (0, 2)");
+      .sql(" AND status IN (0, 2)")
+      .owned(owner);
   return to_int(q.execute(conn));
 }
 
-int MySqlOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id,
-                                std::string_view error, bool count_attempt) {
+int MySqlOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                std::string_view error, bool count_attempt,
+                                std::string_view owner) {
   const std::string truncated = truncate_error(error);
-  return to_int(
-      conn.execute("UPDATE " + options_.table +
-                       " SET status = 3, attempts = attempts + ?, last_error = ?, "
-                       "locked_by = NULL, locked_at = NULL "
-                       "WHERE event_id = ? AND status IN (0, 2)",
-                   {std::int64_t{count_attempt ? 1 : 0}, TextRef{truncated}, TextRef{event_id}}));
+  Query q(options_.use_database_clock);
+  q.sql("UPDATE " + options_.table + " SET status = 3, attempts = attempts + ")
+      .param(std::int64_t{count_attempt ? 1 : 0})
+      .sql(", last_error = ")
+      .param(TextRef{truncated})
+      .sql(", done_at = ")
+      .now(now)
+      .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
+      .param(TextRef{event_id})
+      .sql(" AND status IN (0, 2)")
+      .owned(owner);
+  return to_int(q.execute(conn));
+}
+
+int MySqlOutboxStore::renew_claims(sql::Connection& conn, std::string_view owner,
+                                   const std::vector<std::string>& event_ids, Timestamp now) {
+  int renewed = 0;
+  for (std::size_t i = 0; i < event_ids.size(); i += kIdChunk) {
+    const std::size_t n = std::min(kIdChunk, event_ids.size() - i);
+    Query q(options_.use_database_clock);
+    q.sql("UPDATE " + options_.table + " SET locked_at = ")
+        .now(now)
+        .sql(" WHERE event_id IN ")
+        .ids(event_ids, i, n)
+        .sql(" AND status IN (0, 2) AND locked_by = ")
+        .param(TextRef{owner});
+    renewed += to_int(q.execute(conn));
+  }
+  return renewed;
 }
 
 namespace {
@@ -424,7 +464,7 @@ int MySqlAgeBasedPurger::purge(sql::Connection& conn, Timestamp before, int limi
   Query q(false);
   q.sql("DELETE FROM " + table_ + " WHERE created_at < ")
       .at(before)
-      .sql(" ORDER BY created_at LIMIT ")
+      .sql(" AND NOT (status IN (0, 2) AND locked_by IS NOT NULL) ORDER BY created_at LIMIT ")
       .param(std::int64_t{limit});
   return to_int(q.execute(conn));
 }

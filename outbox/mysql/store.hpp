@@ -35,15 +35,21 @@ class MySqlOutboxStore final : public OutboxStore {
                   std::string_view lock_owner = {}) override;
   void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events,
                     std::string_view lock_owner = {}) override;
-  int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
+  int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                std::string_view owner = {}) override;
   int mark_done_batch(sql::Connection& conn, const std::vector<std::string>& event_ids,
-                      Timestamp now) override;
+                      Timestamp now, std::string_view owner = {}) override;
   int mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                 std::chrono::milliseconds delay, std::string_view error) override;
+                 std::chrono::milliseconds delay, std::string_view error,
+                 std::string_view owner = {}) override;
   int mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                    std::chrono::milliseconds delay, std::string_view reason) override;
-  int mark_dead(sql::Connection& conn, std::string_view event_id, std::string_view error,
-                bool count_attempt = true) override;
+                    std::chrono::milliseconds delay, std::string_view reason,
+                    std::string_view owner = {}) override;
+  int mark_dead(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                std::string_view error, bool count_attempt = true,
+                std::string_view owner = {}) override;
+  int renew_claims(sql::Connection& conn, std::string_view owner,
+                   const std::vector<std::string>& event_ids, Timestamp now) override;
   std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
                                         std::chrono::microseconds skip_recent, int limit,
                                         const PendingKey* after = nullptr) override;
@@ -66,7 +72,8 @@ class MySqlOutboxStore final : public OutboxStore {
 
  private:
   int reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                 std::chrono::milliseconds delay, std::string_view message, bool count_attempt);
+                 std::chrono::milliseconds delay, std::string_view message, bool count_attempt,
+                 std::string_view owner);
   Options options_;
   std::string select_;
 };
@@ -82,11 +89,14 @@ class MySqlEventPurger final : public EventPurger {
   std::string table_;
 };
 
-/// Deletes every row created before `before`, whatever its status. Thread-safe.
+/// Deletes every row created before `before` whatever its status, except rows a relay holds
+/// claimed: for writer-only (CDC) tables, where nothing marks rows DONE. Outbox accepts it only in
+/// writer_only mode, since it would delete events that are still to be delivered. Thread-safe.
 class MySqlAgeBasedPurger final : public EventPurger {
  public:
   explicit MySqlAgeBasedPurger(std::string table = "outbox_event");
   int purge(sql::Connection& conn, Timestamp before, int limit) override;
+  bool deletes_pending() const override { return true; }
 
  private:
   std::string table_;

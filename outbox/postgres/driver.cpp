@@ -5,6 +5,7 @@
 #include <atomic>
 #include <charconv>
 #include <unordered_map>
+#include <utility>
 
 #include "outbox/errors.hpp"
 
@@ -48,6 +49,7 @@ class PgConnection final : public sql::Connection {
   using sql::Connection::query;
 
   std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
+    track_savepoints(sql);
     auto res = run(sql, params);
     const char* n = PQcmdTuples(res.get());
     std::int64_t count = 0;
@@ -58,6 +60,7 @@ class PgConnection final : public sql::Connection {
   }
 
   std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
+    track_savepoints(sql);
     auto res = run(sql, params);
     const int rows = PQntuples(res.get());
     const int cols = PQnfields(res.get());
@@ -74,9 +77,42 @@ class PgConnection final : public sql::Connection {
     return out;
   }
 
-  void begin() override { run("BEGIN", {}); }
-  void commit() override { run("COMMIT", {}); }
-  void rollback() override { run("ROLLBACK", {}); }
+  void begin() override {
+    reset_savepoints();
+    run("BEGIN", {});
+    begun_ = true;
+  }
+  void commit() override {
+    reset_savepoints();
+    const bool begun = std::exchange(begun_, false);
+    const auto state = PQtransactionStatus(conn_);
+    if (begun && state == PQTRANS_INERROR) {
+      run("ROLLBACK", {});
+      throw StoreError(
+          "postgres: COMMIT refused: an earlier statement failed and aborted the transaction; "
+          "it was rolled back, nothing was committed [SQLSTATE 25P02]",
+          "25P02");
+    }
+    if (begun && state == PQTRANS_IDLE) {
+      throw StoreError(
+          "postgres: COMMIT refused: the transaction had already ended (a COMMIT or ROLLBACK "
+          "ran through the connection); statements after it were autocommitted [SQLSTATE 25000]",
+          "25000");
+    }
+    auto res = run("COMMIT", {});
+    // An aborted transaction answers COMMIT with success and the tag ROLLBACK.
+    if (std::string_view(PQcmdStatus(res.get())) == "ROLLBACK") {
+      throw StoreError(
+          "postgres: COMMIT rolled back: the transaction was aborted by an earlier error; "
+          "nothing was committed [SQLSTATE 25P02]",
+          "25P02");
+    }
+  }
+  void rollback() override {
+    reset_savepoints();
+    begun_ = false;
+    run("ROLLBACK", {});
+  }
   bool in_transaction() const override {
     const auto s = PQtransactionStatus(conn_);
     return s == PQTRANS_INTRANS || s == PQTRANS_INERROR || s == PQTRANS_ACTIVE;
@@ -121,6 +157,14 @@ class PgConnection final : public sql::Connection {
   ResultPtr run(std::string_view sql, std::span<const sql::Value> params) {
     if (PQstatus(conn_) == CONNECTION_BAD) {
       fail(nullptr, sql);
+    }
+    if (begun_ && PQtransactionStatus(conn_) == PQTRANS_IDLE) {
+      // Run now, it would autocommit: an outbox row could then outlive a rollback of the rest.
+      throw StoreError(
+          "postgres: the transaction begun on this connection has already ended (a "
+          "COMMIT or ROLLBACK ran through it); roll back and begin again [" +
+              std::string(sql.substr(0, 200)) + "]",
+          "25000");
     }
     if (params.empty()) {
       // Simple protocol: allows several statements (schema scripts) and needs no preparation.
@@ -229,6 +273,7 @@ class PgConnection final : public sql::Connection {
   static inline std::atomic<std::uint64_t> instances{0};
   PGconn* conn_;
   bool owned_;
+  bool begun_ = false;  // between begin() and commit()/rollback()
   std::uint64_t instance_;
   std::uint64_t statement_counter_ = 0;  // names are never reused, even after DEALLOCATE
   std::unordered_map<std::string, std::string, SqlHash, std::equal_to<>> statements_;

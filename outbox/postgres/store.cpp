@@ -66,6 +66,12 @@ int to_int(std::int64_t n) {
   return static_cast<int>(n);
 }
 
+// The claim condition of a status update: an empty owner parameter means no claim locking.
+std::string owned(int param) {
+  const std::string p = "$" + std::to_string(param) + "::text";
+  return " AND (" + p + " = '' OR locked_by = " + p + ")";
+}
+
 }  // namespace
 
 void create_schema(sql::Connection& conn, const std::string& table) {
@@ -114,7 +120,9 @@ std::string PostgresOutboxStore::recent_column() const {
 }
 
 std::string PostgresOutboxStore::now_sql(int param) const {
-  return options_.use_database_clock ? std::string("now()") : ts(param);
+  // Not now(): that is the transaction's start, so a row written late in a long transaction
+  // would be due (and its claim would expire) early.
+  return options_.use_database_clock ? std::string("statement_timestamp()") : ts(param);
 }
 
 std::string PostgresOutboxStore::insert_sql(std::size_t rows) const {
@@ -126,15 +134,17 @@ std::string PostgresOutboxStore::insert_sql(std::size_t rows) const {
   for (std::size_t i = 0; i < rows; ++i) {
     const int b = static_cast<int>(i) * 11;
     auto arg = [&](int k) { return "$" + std::to_string(b + k); };
-    // Due time: the server's now() plus the event's delay, or the absolute caller time.
-    const std::string due = options_.use_database_clock
-                                ? "(now() + " + arg(9) + "::bigint * interval '1 microsecond')"
-                                : ts(b + 9);
+    // Due time: the statement's server time plus the event's delay, or the absolute caller time.
+    const std::string due = options_.use_database_clock ? "(statement_timestamp() + " + arg(9) +
+                                                              "::bigint * interval '1 microsecond')"
+                                                        : ts(b + 9);
+    // The claim starts at the insert, never at the envelope's (possibly back-dated) occurred_at.
+    const std::string claimed =
+        options_.use_database_clock ? "statement_timestamp()" : ts(static_cast<int>(rows) * 11 + 1);
     sql += (i == 0 ? "(" : ",(") + arg(1) + "," + arg(2) + "," + arg(3) + "," + arg(4) + "," +
            arg(5) + "," + arg(6) + "::jsonb," + arg(7) + "::bytea," + arg(8) + "::jsonb,0,0," +
            due + "," + ts(b + 10) + "," + arg(11) + "::text,CASE WHEN " + arg(11) +
-           "::text IS NULL THEN NULL ELSE " + (options_.use_database_clock ? "now()" : ts(b + 10)) +
-           " END)";
+           "::text IS NULL THEN NULL ELSE " + claimed + " END)";
   }
   return sql;
 }
@@ -153,7 +163,7 @@ void PostgresOutboxStore::insert_batch(sql::Connection& conn,
     std::string chunk_sql;
     const std::string& sql = n == 1 ? insert_one_sql_ : (chunk_sql = insert_sql(n));
     std::vector<Value> params;
-    params.reserve(n * 11);
+    params.reserve(n * 11 + 1);
     std::vector<std::optional<std::string>> headers(n);
     for (std::size_t i = 0; i < n; ++i) {
       const EventEnvelope& e = events[start + i];
@@ -179,67 +189,101 @@ void PostgresOutboxStore::insert_batch(sql::Connection& conn,
       params.emplace_back(lock_owner.empty() ? Value(std::monostate{})
                                              : Value(TextRef{lock_owner}));
     }
+    if (!options_.use_database_clock) {
+      params.emplace_back(to_micros(Clock::system()->now()));
+    }
     conn.execute(sql, params);
   }
 }
 
-int PostgresOutboxStore::mark_done(sql::Connection& conn, std::string_view event_id,
-                                   Timestamp now) {
-  return mark_done_batch(conn, {std::string(event_id)}, now);
+int PostgresOutboxStore::mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                   std::string_view owner) {
+  return mark_done_batch(conn, {std::string(event_id)}, now, owner);
 }
 
 int PostgresOutboxStore::mark_done_batch(sql::Connection& conn,
-                                         const std::vector<std::string>& event_ids, Timestamp now) {
+                                         const std::vector<std::string>& event_ids, Timestamp now,
+                                         std::string_view owner) {
   if (event_ids.empty()) {
     return 0;
   }
-  const std::string sql = "UPDATE " + options_.table + " SET status = 1, done_at = " + now_sql(2) +
+  const std::string sql = "UPDATE " + options_.table + " SET status = 1, done_at = " + now_sql(3) +
                           ", locked_by = NULL, locked_at = NULL "
-                          "WHERE event_id = ANY($1::text[]) AND status IN (0, 2)";
+                          "WHERE event_id = ANY($1::text[]) AND status IN (0, 2)" +
+                          owned(2);
   const std::string ids = text_array(event_ids);
   if (options_.use_database_clock) {
-    return to_int(conn.execute(sql, {TextRef{ids}}));
+    return to_int(conn.execute(sql, {TextRef{ids}, TextRef{owner}}));
   }
-  return to_int(conn.execute(sql, {TextRef{ids}, to_micros(now)}));
+  return to_int(conn.execute(sql, {TextRef{ids}, TextRef{owner}, to_micros(now)}));
 }
 
 int PostgresOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                                    std::chrono::milliseconds delay, std::string_view error) {
-  return reschedule(conn, event_id, now, delay, error, true);
+                                    std::chrono::milliseconds delay, std::string_view error,
+                                    std::string_view owner) {
+  return reschedule(conn, event_id, now, delay, error, true, owner);
 }
 
 int PostgresOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id,
                                        Timestamp now, std::chrono::milliseconds delay,
-                                       std::string_view reason) {
-  return reschedule(conn, event_id, now, delay, reason, false);
+                                       std::string_view reason, std::string_view owner) {
+  return reschedule(conn, event_id, now, delay, reason, false, owner);
 }
 
 int PostgresOutboxStore::reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
                                     std::chrono::milliseconds delay, std::string_view message,
-                                    bool count_attempt) {
+                                    bool count_attempt, std::string_view owner) {
   const std::string sql = "UPDATE " + options_.table + " SET status = 2, attempts = attempts + " +
-                          (count_attempt ? "1" : "0") + ", available_at = " + now_sql(4) +
+                          (count_attempt ? "1" : "0") + ", available_at = " + now_sql(5) +
                           " + $3::bigint * interval '1 millisecond', last_error = $2, "
                           "locked_by = NULL, locked_at = NULL "
-                          "WHERE event_id = $1 AND status IN (0, 2)";
+                          "WHERE event_id = $1 AND status IN (0, 2)" +
+                          owned(4);
   const std::string truncated = truncate_error(message);
-  if (options_.use_database_clock) {
-    return to_int(conn.execute(
-        sql, {TextRef{event_id}, TextRef{truncated}, static_cast<std::int64_t>(delay.count())}));
+  std::vector<Value> params = {TextRef{event_id}, TextRef{truncated},
+                               static_cast<std::int64_t>(delay.count()), TextRef{owner}};
+  if (!options_.use_database_clock) {
+    params.emplace_back(to_micros(now));
   }
-  return to_int(conn.execute(sql, {TextRef{event_id}, TextRef{truncated},
-                                   static_cast<std::int64_t>(delay.count()), to_micros(now)}));
+  return to_int(conn.execute(sql, params));
 }
 
-int PostgresOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id,
-                                   std::string_view error, bool count_attempt) {
+int PostgresOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                   std::string_view error, bool count_attempt,
+                                   std::string_view owner) {
   const std::string truncated = truncate_error(error);
-  return to_int(
-      conn.execute("UPDATE " + options_.table +
-                       " SET status = 3, attempts = attempts + $3::int, last_error = $2, "
-                       "locked_by = NULL, locked_at = NULL "
-                       "WHERE event_id = $1 AND status IN (0, 2)",
-                   {TextRef{event_id}, TextRef{truncated}, std::int64_t{count_attempt ? 1 : 0}}));
+  const std::string sql = "UPDATE " + options_.table +
+                          " SET status = 3, attempts = attempts + $3::int, last_error = $2, "
+                          "done_at = " +
+                          now_sql(5) +
+                          ", locked_by = NULL, locked_at = NULL "
+                          "WHERE event_id = $1 AND status IN (0, 2)" +
+                          owned(4);
+  std::vector<Value> params = {TextRef{event_id}, TextRef{truncated},
+                               std::int64_t{count_attempt ? 1 : 0}, TextRef{owner}};
+  if (!options_.use_database_clock) {
+    params.emplace_back(to_micros(now));
+  }
+  return to_int(conn.execute(sql, params));
+}
+
+int PostgresOutboxStore::renew_claims(sql::Connection& conn, std::string_view owner,
+                                      const std::vector<std::string>& event_ids, Timestamp now) {
+  if (event_ids.empty()) {
+    return 0;
+  }
+  // Rows locked right now (a DONE batch, a status write) are being finished: skip them rather
+  // than wait, since two multi-row updates locking rows in different orders would deadlock.
+  const std::string sql = "WITH c AS (SELECT event_id FROM " + options_.table +
+                          " WHERE event_id = ANY($1::text[]) AND locked_by = $2 AND "
+                          "status IN (0, 2) FOR UPDATE SKIP LOCKED) UPDATE " +
+                          options_.table + " o SET locked_at = " + now_sql(3) +
+                          " FROM c WHERE o.event_id = c.event_id";
+  const std::string ids = text_array(event_ids);
+  if (options_.use_database_clock) {
+    return to_int(conn.execute(sql, {TextRef{ids}, TextRef{owner}}));
+  }
+  return to_int(conn.execute(sql, {TextRef{ids}, TextRef{owner}, to_micros(now)}));
 }
 
 std::vector<OutboxEvent> PostgresOutboxStore::poll_pending(sql::Connection& conn, Timestamp now,
@@ -368,6 +412,7 @@ PostgresAgeBasedPurger::PostgresAgeBasedPurger(std::string table) : table_(std::
 int PostgresAgeBasedPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
   return to_int(conn.execute("DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " +
                                  table_ + " WHERE created_at < " + ts(1) +
+                                 " AND NOT (status IN (0, 2) AND locked_by IS NOT NULL)"
                                  " ORDER BY created_at LIMIT $2)",
                              {to_micros(before), std::int64_t{limit}}));
 }

@@ -34,6 +34,10 @@ class Connection {
   virtual std::string_view dialect() const = 0;
   /// True when the link to the server is lost; a pool then discards the connection.
   virtual bool is_broken() const { return false; }
+  /// SQL SAVEPOINTs run through this connection (execute/query) that may still be open in the
+  /// current transaction (outbox::Savepoint's own excepted). OutboxWriter refuses to write while
+  /// one is: a ROLLBACK TO it would undo the row while the hot path still delivered the event.
+  int raw_savepoints() const noexcept { return raw_savepoints_; }
 
   std::int64_t execute(std::string_view sql, std::initializer_list<Value> params = {}) {
     return execute(sql, std::span<const Value>(params.begin(), params.size()));
@@ -41,6 +45,15 @@ class Connection {
   std::vector<Row> query(std::string_view sql, std::initializer_list<Value> params = {}) {
     return query(sql, std::span<const Value>(params.begin(), params.size()));
   }
+
+ protected:
+  /// Drivers call this with every statement text they run, and with in_transaction() after
+  /// begin/commit/rollback, to keep raw_savepoints() current.
+  void track_savepoints(std::string_view sql) noexcept;
+  void reset_savepoints() noexcept { raw_savepoints_ = 0; }
+
+ private:
+  int raw_savepoints_ = 0;
 };
 
 class ConnectionPool;

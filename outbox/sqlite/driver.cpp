@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "outbox/errors.hpp"
 
@@ -32,6 +33,7 @@ class SqliteConnection final : public sql::Connection {
   using sql::Connection::query;
 
   std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
+    track_savepoints(sql);
     Statement st(*this, sql, params);
     for (;;) {
       int rc = sqlite3_step(st.stmt);
@@ -46,6 +48,7 @@ class SqliteConnection final : public sql::Connection {
   }
 
   std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
+    track_savepoints(sql);
     Statement st(*this, sql, params);
     std::vector<sql::Row> rows;
     for (;;) {
@@ -67,9 +70,38 @@ class SqliteConnection final : public sql::Connection {
     return rows;
   }
 
-  void begin() override { simple("BEGIN IMMEDIATE"); }
-  void commit() override { simple("COMMIT"); }
-  void rollback() override { simple("ROLLBACK"); }
+  void begin() override {
+    reset_savepoints();
+    simple("BEGIN IMMEDIATE");
+    begun_ = true;
+    ended_by_error_ = false;
+  }
+  void commit() override {
+    reset_savepoints();
+    const bool begun = std::exchange(begun_, false);
+    if (begun && sqlite3_get_autocommit(db_) != 0) {
+      throw StoreError(ended_by_error_
+                           ? "sqlite: COMMIT refused: SQLite rolled the transaction back after an "
+                             "earlier error; nothing was committed"
+                           : "sqlite: COMMIT refused: the transaction had already ended (a COMMIT "
+                             "or ROLLBACK ran through the connection); statements after it were "
+                             "autocommitted");
+    }
+    simple("COMMIT");
+  }
+  void rollback() override {
+    reset_savepoints();
+    const bool begun = std::exchange(begun_, false);
+    if (begun && sqlite3_get_autocommit(db_) != 0) {
+      if (ended_by_error_) {
+        return;  // SQLite rolled it back already
+      }
+      throw StoreError(
+          "sqlite: ROLLBACK impossible: the transaction had already been committed through the "
+          "connection");
+    }
+    simple("ROLLBACK");
+  }
   bool in_transaction() const override { return sqlite3_get_autocommit(db_) == 0; }
 
   // SQLite's own busy_timeout sleeps 1, 2, 5, 10 … 100 ms between tries; a writer holding the lock
@@ -106,7 +138,10 @@ class SqliteConnection final : public sql::Connection {
     sqlite3_stmt* stmt;
   };
 
-  [[noreturn]] void fail(int rc, std::string_view sql) const {
+  [[noreturn]] void fail(int rc, std::string_view sql) {
+    if (begun_ && sqlite3_get_autocommit(db_) != 0) {
+      ended_by_error_ = true;  // SQLITE_FULL, IOERR, NOMEM, … may roll the whole transaction back
+    }
     throw StoreError("sqlite error " + std::to_string(rc) + " (" + sqlite3_errstr(rc) +
                      "): " + sqlite3_errmsg(db_) + " [" + std::string(sql.substr(0, 200)) + "]");
   }
@@ -115,6 +150,9 @@ class SqliteConnection final : public sql::Connection {
     char* err = nullptr;
     int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
     if (rc != SQLITE_OK) {
+      if (begun_ && sqlite3_get_autocommit(db_) != 0) {
+        ended_by_error_ = true;
+      }
       std::string msg = err ? err : sqlite3_errstr(rc);
       sqlite3_free(err);
       throw StoreError(std::string("sqlite: ") + sql + " failed: " + msg);
@@ -122,6 +160,14 @@ class SqliteConnection final : public sql::Connection {
   }
 
   sqlite3_stmt* prepare(std::string_view sql) {
+    if (begun_ && sqlite3_get_autocommit(db_) != 0) {
+      // Run now, it would autocommit: an outbox row could then outlive a rollback of the rest.
+      throw StoreError(std::string("sqlite: the transaction begun on this connection has already "
+                                   "ended (") +
+                       (ended_by_error_ ? "rolled back by SQLite after an error"
+                                        : "a COMMIT or ROLLBACK ran through it") +
+                       "); roll back and begin again [" + std::string(sql.substr(0, 200)) + "]");
+    }
     auto it = cache_.find(sql);
     if (it != cache_.end()) {
       return it->second;
@@ -217,6 +263,8 @@ class SqliteConnection final : public sql::Connection {
 
   sqlite3* db_;
   bool owned_;
+  bool begun_ = false;           // between begin() and commit()/rollback()
+  bool ended_by_error_ = false;  // SQLite rolled back the transaction begun here
   std::chrono::milliseconds busy_timeout_{0};
   std::chrono::steady_clock::time_point busy_since_;
   struct SqlHash {

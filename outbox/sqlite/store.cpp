@@ -55,19 +55,27 @@ SqliteOutboxStore::SqliteOutboxStore(std::string table, const JsonCodec& codec)
       "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, "
       "attempts, available_at, created_at, done_at, last_error, locked_by, locked_at";
   // Built once so the hot path does not format SQL.
+  // An empty owner parameter means "whoever holds the row" (no claim locking).
+  const auto owned = [](int param) {
+    const std::string p = "?" + std::to_string(param);
+    return " AND status IN (0, 2) AND (" + p + " = '' OR locked_by = " + p + ")";
+  };
   mark_done_sql_ = "UPDATE " + table_ +
-                   " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL "
-                   "WHERE event_id = ? AND status IN (0, 2)";
+                   " SET status = 1, done_at = ?1, locked_by = NULL, locked_at = NULL "
+                   "WHERE event_id = ?2" +
+                   owned(3);
   mark_retry_sql_ = "UPDATE " + table_ +
-                    " SET status = 2, attempts = attempts + 1, available_at = ?, "
-                    "last_error = ?, locked_by = NULL, locked_at = NULL "
-                    "WHERE event_id = ? AND status IN (0, 2)";
+                    " SET status = 2, attempts = attempts + 1, available_at = ?1, "
+                    "last_error = ?2, locked_by = NULL, locked_at = NULL WHERE event_id = ?3" +
+                    owned(4);
   mark_deferred_sql_ = "UPDATE " + table_ +
-                       " SET status = 2, available_at = ?, last_error = ?, locked_by = NULL, "
-                       "locked_at = NULL WHERE event_id = ? AND status IN (0, 2)";
+                       " SET status = 2, available_at = ?1, last_error = ?2, locked_by = NULL, "
+                       "locked_at = NULL WHERE event_id = ?3" +
+                       owned(4);
   mark_dead_sql_ = "UPDATE " + table_ +
-                   " SET status = 3, attempts = attempts + ?, last_error = ?, locked_by = NULL, "
-                   "locked_at = NULL WHERE event_id = ? AND status IN (0, 2)";
+                   " SET status = 3, attempts = attempts + ?1, last_error = ?2, done_at = ?4, "
+                   "locked_by = NULL, locked_at = NULL WHERE event_id = ?3" +
+                   owned(5);
   // Each with a keyset variant that starts after a (created_at, event_id) key.
   const auto poll = [&](const std::string& extra) {
     return "SELECT " + select_columns_ + " FROM " + table_ +
@@ -110,6 +118,9 @@ void SqliteOutboxStore::insert_chunk(sql::Connection& conn, const EventEnvelope*
   params.reserve(count * kColumnsPerRow);
   // Encoded headers must outlive the statement: the parameters borrow them.
   std::vector<std::optional<std::string>> headers(count);
+  // A claim starts when the row is written, whatever the envelope's occurred_at says: a back-dated
+  // event must not be born with an expired claim that another node may take at once.
+  const std::int64_t claimed_at = to_micros(Clock::system()->now());
   for (std::size_t i = 0; i < count; ++i) {
     const EventEnvelope& e = events[i];
     sql += i == 0 ? "(?,?,?,?,?,?,?,0,0,?,?,?,?)" : ",(?,?,?,?,?,?,?,0,0,?,?,?,?)";
@@ -133,59 +144,87 @@ void SqliteOutboxStore::insert_chunk(sql::Connection& conn, const EventEnvelope*
       params.emplace_back(std::monostate{});
     } else {
       params.emplace_back(TextRef{lock_owner});
-      params.emplace_back(created);
+      params.emplace_back(claimed_at);
     }
   }
   conn.execute(sql, params);
 }
 
-int SqliteOutboxStore::mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now) {
-  return static_cast<int>(conn.execute(mark_done_sql_, {to_micros(now), TextRef{event_id}}));
+int SqliteOutboxStore::mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                 std::string_view owner) {
+  return static_cast<int>(
+      conn.execute(mark_done_sql_, {to_micros(now), TextRef{event_id}, TextRef{owner}}));
 }
 
 int SqliteOutboxStore::mark_done_batch(sql::Connection& conn,
-                                       const std::vector<std::string>& event_ids, Timestamp now) {
+                                       const std::vector<std::string>& event_ids, Timestamp now,
+                                       std::string_view owner) {
   int changed = 0;
   for (std::size_t i = 0; i < event_ids.size(); i += kIdChunk) {
     const std::size_t n = std::min(kIdChunk, event_ids.size() - i);
     std::vector<Value> params;
-    params.reserve(n + 1);
+    params.reserve(n + 3);
     params.emplace_back(to_micros(now));
     for (std::size_t k = 0; k < n; ++k) {
       params.emplace_back(TextRef{event_ids[i + k]});
     }
-    changed += static_cast<int>(
-        conn.execute("UPDATE " + table_ +
-                         " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL "
-                         "WHERE event_id IN (" +
-                         internal::question_marks(n) + ") AND status IN (0, 2)",
-                     params));
+    params.emplace_back(TextRef{owner});
+    params.emplace_back(TextRef{owner});
+    changed += static_cast<int>(conn.execute(
+        "UPDATE " + table_ +
+            " SET status = 1, done_at = ?, locked_by = NULL, locked_at = NULL "
+            "WHERE event_id IN (" +
+            internal::question_marks(n) + ") AND status IN (0, 2) AND (? = '' OR locked_by = ?)",
+        params));
   }
   return changed;
 }
 
 int SqliteOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                                  std::chrono::milliseconds delay, std::string_view error) {
-  const Timestamp next_at = now + delay;
+                                  std::chrono::milliseconds delay, std::string_view error,
+                                  std::string_view owner) {
   const std::string truncated = truncate_error(error);
-  return static_cast<int>(
-      conn.execute(mark_retry_sql_, {to_micros(next_at), TextRef{truncated}, TextRef{event_id}}));
+  return static_cast<int>(conn.execute(mark_retry_sql_, {to_micros(now + delay), TextRef{truncated},
+                                                         TextRef{event_id}, TextRef{owner}}));
 }
 
 int SqliteOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id,
                                      Timestamp now, std::chrono::milliseconds delay,
-                                     std::string_view reason) {
-  const Timestamp next_at = now + delay;
+                                     std::string_view reason, std::string_view owner) {
   const std::string truncated = truncate_error(reason);
   return static_cast<int>(conn.execute(
-      mark_deferred_sql_, {to_micros(next_at), TextRef{truncated}, TextRef{event_id}}));
+      mark_deferred_sql_,
+      {to_micros(now + delay), TextRef{truncated}, TextRef{event_id}, TextRef{owner}}));
 }
 
-int SqliteOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id,
-                                 std::string_view error, bool count_attempt) {
+int SqliteOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                 std::string_view error, bool count_attempt,
+                                 std::string_view owner) {
   const std::string truncated = truncate_error(error);
-  return static_cast<int>(conn.execute(mark_dead_sql_, {std::int64_t{count_attempt ? 1 : 0},
-                                                        TextRef{truncated}, TextRef{event_id}}));
+  return static_cast<int>(
+      conn.execute(mark_dead_sql_, {std::int64_t{count_attempt ? 1 : 0}, TextRef{truncated},
+                                    TextRef{event_id}, to_micros(now), TextRef{owner}}));
+}
+
+int SqliteOutboxStore::renew_claims(sql::Connection& conn, std::string_view owner,
+                                    const std::vector<std::string>& event_ids, Timestamp now) {
+  int renewed = 0;
+  for (std::size_t i = 0; i < event_ids.size(); i += kIdChunk) {
+    const std::size_t n = std::min(kIdChunk, event_ids.size() - i);
+    std::vector<Value> params;
+    params.reserve(n + 2);
+    params.emplace_back(to_micros(now));
+    params.emplace_back(TextRef{owner});
+    for (std::size_t k = 0; k < n; ++k) {
+      params.emplace_back(TextRef{event_ids[i + k]});
+    }
+    renewed += static_cast<int>(conn.execute("UPDATE " + table_ +
+                                                 " SET locked_at = ? WHERE locked_by = ? AND "
+                                                 "status IN (0, 2) AND event_id IN (" +
+                                                 internal::question_marks(n) + ")",
+                                             params));
+  }
+  return renewed;
 }
 
 std::vector<OutboxEvent> SqliteOutboxStore::poll_pending(sql::Connection& conn, Timestamp now,
@@ -302,7 +341,8 @@ SqliteAgeBasedPurger::SqliteAgeBasedPurger(std::string table) : table_(std::move
 int SqliteAgeBasedPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
   return static_cast<int>(conn.execute("DELETE FROM " + table_ +
                                            " WHERE event_id IN (SELECT event_id FROM " + table_ +
-                                           " WHERE created_at < ? ORDER BY created_at LIMIT ?)",
+                                           " WHERE created_at < ? AND NOT (status IN (0, 2) AND "
+                                           "locked_by IS NOT NULL) ORDER BY created_at LIMIT ?)",
                                        {to_micros(before), std::int64_t{limit}}));
 }
 

@@ -1,0 +1,366 @@
+// "Nothing rolled back is delivered", tried the way a hostile caller would on every engine:
+// errors caught and then committed, transactions the server ended behind our back (deadlocks,
+// implicit commits, COMMIT through the connection), savepoints rolled back after a write, and
+// delays written late in a long transaction. The hot path is observed through a WriterHook: its
+// after_commit is exactly what the dispatcher would deliver at once.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <future>
+#include <mutex>
+#include <set>
+
+#include "outbox/errors.hpp"
+#include "outbox/mysql/driver.hpp"
+#include "outbox/mysql/store.hpp"
+#include "outbox/postgres/driver.hpp"
+#include "outbox/postgres/store.hpp"
+#include "outbox/sqlite/driver.hpp"
+#include "outbox/sqlite/store.hpp"
+#include "outbox/store.hpp"
+#include "outbox/transaction.hpp"
+#include "outbox/writer.hpp"
+#include "tests/support/servers.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Records what the writer hands to the hot path.
+class RecordingHook final : public WriterHook {
+ public:
+  void after_commit(const std::vector<EventEnvelope>& events) override {
+    std::lock_guard lock(mutex_);
+    for (const auto& e : events) {
+      committed_.insert(e.event_id());
+    }
+  }
+  void after_rollback(const std::vector<EventEnvelope>& events) override {
+    std::lock_guard lock(mutex_);
+    for (const auto& e : events) {
+      rolled_back_.insert(e.event_id());
+    }
+  }
+  std::set<std::string> committed() const {
+    std::lock_guard lock(mutex_);
+    return committed_;
+  }
+  std::set<std::string> rolled_back() const {
+    std::lock_guard lock(mutex_);
+    return rolled_back_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::set<std::string> committed_;
+  std::set<std::string> rolled_back_;
+};
+
+struct Engine {
+  std::string name;
+  std::function<std::optional<std::string>()> url;
+};
+
+std::ostream& operator<<(std::ostream& os, const Engine& e) {
+  return os << e.name;
+}
+
+class TransactionSafety : public ::testing::TestWithParam<Engine> {
+ protected:
+  void SetUp() override {
+    auto url = GetParam().url();
+    OUTBOX_REQUIRE_SERVER(url, "the " + GetParam().name + " server");
+    engine_ = GetParam().name;
+    table_ = testing::unique_table("txsafety");
+    if (engine_ == "sqlite") {
+      pool_ = sqlite::make_pool(dir_.file("tx.db"), 4);
+      auto conn = pool_->acquire();
+      sqlite::create_schema(*conn, table_);
+      store_ = std::make_shared<sqlite::SqliteOutboxStore>(table_);
+    } else if (engine_ == "postgres") {
+      pool_ = postgres::make_pool(*url, 4);
+      auto conn = pool_->acquire();
+      postgres::create_schema(*conn, table_);
+      store_ = std::make_shared<postgres::PostgresOutboxStore>(
+          postgres::PostgresOutboxStore::Options{.table = table_});
+    } else {
+      pool_ = mysql::make_pool(*url, 4);
+      auto conn = pool_->acquire();
+      mysql::create_schema(*conn, table_);
+      store_ = std::make_shared<mysql::MySqlOutboxStore>(
+          mysql::MySqlOutboxStore::Options{.table = table_});
+    }
+    business_ = table_ + "_biz";
+    exec("CREATE TABLE " + business_ + " (id INTEGER PRIMARY KEY, note VARCHAR(40))");
+    exec("INSERT INTO " + business_ + " (id, note) VALUES (1, 'a'), (2, 'b')");
+    context_ = std::make_shared<ThreadLocalTxContext>();
+    tx_ = std::make_unique<TransactionManager>(pool_, context_);
+    writer_ = std::make_unique<OutboxWriter>(context_, store_, hook_);
+  }
+  void TearDown() override {
+    if (pool_) {
+      exec("DROP TABLE IF EXISTS " + business_);
+      exec("DROP TABLE IF EXISTS " + table_);
+    }
+  }
+
+  void exec(const std::string& sql) { pool_->acquire()->execute(sql); }
+  bool row_exists(const std::string& id) { return store_->find(*pool_->acquire(), id).has_value(); }
+  std::string write(const std::string& id) {
+    return *writer_->write(EventEnvelope::builder(EventType::of("T"))
+                               .event_id(id)
+                               .aggregate_id("agg")
+                               .payload_json("{}")
+                               .build());
+  }
+  // The promise itself: the hot path ran exactly for the events whose rows exist.
+  void expect_consistent(const std::vector<std::string>& ids) {
+    for (const auto& id : ids) {
+      EXPECT_EQ(hook_->committed().count(id) == 1, row_exists(id))
+          << id << ": hot path " << (hook_->committed().count(id) ? "ran" : "did not run")
+          << " but the row " << (row_exists(id) ? "exists" : "does not exist");
+    }
+  }
+  std::string param(int n) const { return engine_ == "postgres" ? "$" + std::to_string(n) : "?"; }
+
+  testing::TempDir dir_;
+  std::string engine_;
+  std::string table_;
+  std::string business_;
+  std::shared_ptr<sql::ConnectionPool> pool_;
+  std::shared_ptr<OutboxStore> store_;
+  std::shared_ptr<ThreadLocalTxContext> context_;
+  std::unique_ptr<TransactionManager> tx_;
+  std::shared_ptr<RecordingHook> hook_ = std::make_shared<RecordingHook>();
+  std::unique_ptr<OutboxWriter> writer_;
+};
+
+// Issue 9 item 1: on PostgreSQL a failed statement aborts the transaction, COMMIT then answers
+// with the tag ROLLBACK, and commit() used to return normally: the hot path delivered an event
+// whose row never existed. Elsewhere the statement alone fails; either way the hot path must
+// agree with the table.
+TEST_P(TransactionSafety, CaughtErrorThenCommitDeliversOnlyWhatWasCommitted) {
+  {
+    auto txn = tx_->begin();
+    write("caught-1");
+    EXPECT_THROW(
+        txn.connection().execute("INSERT INTO " + business_ + " (id, note) VALUES (1, 'dup')"),
+        StoreError);
+    if (engine_ == "postgres") {
+      EXPECT_THROW(txn.commit(), StoreError);
+    } else {
+      txn.commit();  // only the failed statement was undone
+    }
+  }
+  EXPECT_EQ(row_exists("caught-1"), engine_ != "postgres");
+  EXPECT_EQ(hook_->rolled_back().count("caught-1"), engine_ == "postgres" ? 1u : 0u);
+  expect_consistent({"caught-1"});
+}
+
+// A COMMIT or ROLLBACK run through the connection ends the transaction; statements after it would
+// autocommit, so an outbox row could outlive the caller's rollback. They are refused, and so is
+// the commit() that follows.
+TEST_P(TransactionSafety, TransactionEndedThroughTheConnectionRefusesFurtherWork) {
+  {
+    auto txn = tx_->begin();
+    write("ended-1");
+    txn.connection().execute("ROLLBACK");
+    EXPECT_THROW(write("ended-2"), StoreError);
+    EXPECT_THROW(txn.commit(), StoreError);
+  }
+  EXPECT_FALSE(row_exists("ended-1"));
+  EXPECT_FALSE(row_exists("ended-2"));
+  expect_consistent({"ended-1", "ended-2"});
+  // The pooled connection is usable again.
+  auto txn = tx_->begin();
+  write("after");
+  txn.commit();
+  expect_consistent({"after"});
+  EXPECT_TRUE(row_exists("after"));
+}
+
+// Issue 9 item 1 (MariaDB): a deadlock rolls the whole transaction back; in_transaction() still
+// said yes (error packets carry no status), COMMIT outside a transaction is a silent no-op, and the
+// event was delivered while its row did not exist.
+TEST_P(TransactionSafety, DeadlockVictimCannotCommit) {
+  if (engine_ == "sqlite") {
+    GTEST_SKIP() << "one writer at a time: SQLite has no deadlocks";
+  }
+  std::promise<void> a_locked;
+  std::promise<void> b_locked;
+  auto run = [&](int first, int second, const std::string& id, std::promise<void>& mine,
+                 std::future<void> theirs) {
+    auto txn = tx_->begin();
+    write(id);
+    txn.connection().execute("UPDATE " + business_ +
+                             " SET note = 'x' WHERE id = " + std::to_string(first));
+    mine.set_value();
+    theirs.wait();
+    try {
+      txn.connection().execute("UPDATE " + business_ +
+                               " SET note = 'y' WHERE id = " + std::to_string(second));
+    } catch (const StoreError&) {
+      // The deadlock victim: a careless caller carries on and commits.
+    }
+    try {
+      txn.commit();
+      return true;
+    } catch (const StoreError&) {
+      return false;
+    }
+  };
+  auto first =
+      std::async(std::launch::async, run, 1, 2, "dl-a", std::ref(a_locked), b_locked.get_future());
+  auto second =
+      std::async(std::launch::async, run, 2, 1, "dl-b", std::ref(b_locked), a_locked.get_future());
+  const bool a = first.get();
+  const bool b = second.get();
+  EXPECT_NE(a, b) << "exactly one side is the deadlock victim";
+  EXPECT_EQ(row_exists("dl-a"), a);
+  EXPECT_EQ(row_exists("dl-b"), b);
+  expect_consistent({"dl-a", "dl-b"});
+}
+
+// Issue 9 item 1 (MariaDB): DDL inside a transaction commits it implicitly; a later rollback()
+// "succeeded" although the event was committed (and delivered). Now the statements after it are
+// refused and rollback() says what happened.
+TEST_P(TransactionSafety, ImplicitCommitIsReportedNotHidden) {
+  if (engine_ != "mysql") {
+    GTEST_SKIP() << "DDL is transactional here";
+  }
+  {
+    auto txn = tx_->begin();
+    write("ddl-1");
+    txn.connection().execute("CREATE TABLE " + business_ + "_ddl (x INT)");
+    EXPECT_THROW(write("ddl-2"), StoreError);
+    EXPECT_THROW(txn.rollback(), StoreError);
+  }
+  exec("DROP TABLE IF EXISTS " + business_ + "_ddl");
+  EXPECT_TRUE(row_exists("ddl-1"));  // committed by the DDL: the poller delivers it
+  EXPECT_FALSE(row_exists("ddl-2"));
+}
+
+// Issue 9 item 2: SAVEPOINT; write; ROLLBACK TO; commit delivered the event on the hot path
+// although its row was rolled back. Transaction::savepoint() keeps the hot path in step.
+TEST_P(TransactionSafety, SavepointRollbackForgetsTheEventsWrittenSinceIt) {
+  {
+    auto txn = tx_->begin();
+    write("sp-kept");
+    {
+      auto sp = txn.savepoint();
+      write("sp-undone");
+      {
+        auto inner = txn.savepoint();
+        write("sp-inner");
+        inner.release();
+      }
+      sp.rollback();
+    }
+    {
+      auto sp = txn.savepoint();
+      write("sp-released");
+      sp.release();
+    }
+    {
+      auto sp = txn.savepoint();
+      write("sp-destroyed");  // no release(): the destructor rolls back
+    }
+    write("sp-after");
+    txn.commit();
+  }
+  EXPECT_EQ(hook_->committed(), (std::set<std::string>{"sp-kept", "sp-released", "sp-after"}));
+  EXPECT_EQ(hook_->rolled_back(), (std::set<std::string>{"sp-undone", "sp-inner", "sp-destroyed"}));
+  expect_consistent(
+      {"sp-kept", "sp-undone", "sp-inner", "sp-released", "sp-destroyed", "sp-after"});
+}
+
+TEST_P(TransactionSafety, SavepointMisuseIsRefused) {
+  auto txn = tx_->begin();
+  auto outer = txn.savepoint();
+  auto inner = txn.savepoint();
+  EXPECT_THROW(outer.release(), std::logic_error);  // inner first
+  inner.rollback();
+  EXPECT_THROW(inner.rollback(), std::logic_error);
+  outer.release();
+  txn.commit();
+  EXPECT_FALSE(outer.active());
+}
+
+// A SAVEPOINT run as plain SQL cannot be followed: writes after it are refused until it is
+// released, with a message naming the API to use.
+TEST_P(TransactionSafety, WritesAfterAPlainSqlSavepointAreRefused) {
+  auto txn = tx_->begin();
+  write("raw-before");
+  txn.connection().execute("SAVEPOINT s1");
+  try {
+    write("raw-inside");
+    ADD_FAILURE() << "a write inside a plain SAVEPOINT was accepted";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("savepoint()"), std::string::npos) << e.what();
+  }
+  txn.connection().execute("ROLLBACK TO SAVEPOINT s1");
+  txn.connection().execute("RELEASE SAVEPOINT s1");
+  write("raw-after");
+  txn.commit();
+  EXPECT_EQ(hook_->committed(), (std::set<std::string>{"raw-before", "raw-after"}));
+  expect_consistent({"raw-before", "raw-inside", "raw-after"});
+}
+
+// PostgreSQL's way out of an aborted transaction works through the savepoint API.
+TEST_P(TransactionSafety, SavepointRecoversFromAFailedStatement) {
+  auto txn = tx_->begin();
+  write("rec-1");
+  {
+    auto sp = txn.savepoint();
+    write("rec-2");
+    EXPECT_THROW(
+        txn.connection().execute("INSERT INTO " + business_ + " (id, note) VALUES (2, 'dup')"),
+        StoreError);
+    sp.rollback();
+  }
+  txn.commit();
+  EXPECT_EQ(hook_->committed(), (std::set<std::string>{"rec-1"}));
+  expect_consistent({"rec-1", "rec-2"});
+}
+
+// Issue 9 item 10: with the database clock, a delayed event's due time was now() + delay, and
+// now() is the transaction's start: written late in a long transaction it was due early (here
+// before it was even written). The writer's claim had the same flaw.
+TEST_P(TransactionSafety, DelaysAndClaimsCountFromTheWriteNotTheTransactionStart) {
+  if (engine_ == "sqlite") {
+    GTEST_SKIP() << "no server clock";
+  }
+  auto txn = tx_->begin();
+  auto& conn = txn.connection();
+  conn.query(engine_ == "postgres" ? "SELECT pg_sleep(1.5)" : "SELECT SLEEP(1.5)");
+  const std::string now_sql =
+      engine_ == "postgres" ? "SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint"
+                            : "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6))";
+  const auto written_at = from_micros(conn.query(now_sql).at(0).get_int(0));
+  store_->insert_new(conn,
+                     EventEnvelope::builder(EventType::of("T"))
+                         .event_id("late")
+                         .deliver_after(3s)
+                         .payload_json("{}")
+                         .build(),
+                     "node-a");
+  txn.commit();
+  auto row = store_->find(*pool_->acquire(), "late");
+  ASSERT_TRUE(row);
+  EXPECT_GE(row->available_at, written_at + 3s - 1ms);
+  ASSERT_TRUE(row->locked_at);
+  EXPECT_GE(*row->locked_at, written_at - 1ms);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Engines, TransactionSafety,
+    ::testing::Values(Engine{"sqlite", [] { return std::optional<std::string>(""); }},
+                      Engine{"postgres", [] { return testing::env("OUTBOX_TEST_PG_URL"); }},
+                      Engine{"mysql", [] { return testing::env("OUTBOX_TEST_MYSQL_URL"); }}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace outbox
