@@ -17,6 +17,8 @@
 namespace outbox {
 namespace {
 
+constexpr std::chrono::milliseconds kMinOrderedPause{100};
+
 std::string describe(std::exception_ptr error) {
   try {
     std::rethrow_exception(error);
@@ -379,8 +381,10 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
         log(LogLevel::Warning, "event " + event.event_id() + " deferred for " +
                                    std::to_string(defer->count()) +
                                    " ms; ordered mode holds the queue meanwhile");
+        // At least a short pause: a listener deferring by 0 must not spin a core.
+        const auto pause = std::max<std::chrono::milliseconds>(*defer, kMinOrderedPause);
         std::unique_lock lock(queue_mutex_);
-        const bool stopping = work_ready_.wait_for(lock, *defer, [&] { return closing_; });
+        const bool stopping = work_ready_.wait_for(lock, pause, [&] { return closing_; });
         if (!stopping) {
           continue;
         }

@@ -89,7 +89,8 @@ class OutboxDispatcher {
     /// since another node may take it, and left in the table.
     std::chrono::milliseconds claim_timeout{0};
     /// Ordered mode (one worker): DONE is written before the next event starts; a RetryLater holds
-    /// the worker and retries the event in place after its delay, so no later event overtakes it;
+    /// the worker and retries the event in place after its delay (at least 100 ms), so no later
+    /// event overtakes it;
     /// a status write that fails drops the queued events, which the poller reads again in order.
     bool ordered = false;
   };

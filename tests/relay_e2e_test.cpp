@@ -371,6 +371,45 @@ target = ")" + http.url("/hooks") +
   EXPECT_EQ(restarted.terminate(), 0);
 }
 
+// Issue 9 item 5: the publisher kept the first 200 BYTES of a response body, which may end inside
+// a character (or hold bytes that are not UTF-8 at all); PostgreSQL and strict MariaDB refused the
+// DEAD update, the row stayed NEW and a permanent 400 was posted again and again. Now it goes DEAD
+// after one POST with a readable reason.
+TEST_P(RelayE2E, ARejectionWhoseBodyIsNotUtf8GoesDeadAfterOnePost) {
+  testing::HttpTestServer http;
+  http.respond([](const testing::ReceivedRequest&, httplib::Response& res) {
+    res.status = 400;
+    std::string body = "x";
+    for (int i = 0; i < 150; ++i) {
+      body += "\xC3\xA9";  // é: byte 200 falls inside one
+    }
+    body += std::string("\xFF\xFE") + std::string(1, '\0') + "tail";
+    res.set_content(body, "text/plain; charset=utf-8");
+  });
+  auto e = event("PaymentCaptured", "Payment", "p-9", 9);
+  insert({e});
+  RelayProcess relay(dir_, database_toml() + R"(
+[poller]
+interval = "100ms"
+[dispatcher]
+max_attempts = 3
+[admin]
+enabled = false
+[publishers.hooks]
+type = "http"
+[[routes]]
+publisher = "hooks"
+target = ")" + http.url("/hooks") +
+                               "\"\n");
+  ASSERT_TRUE(wait_until([&] { return counts()[3] == 1; })) << relay.log();
+  EXPECT_EQ(relay.terminate(), 0);
+  EXPECT_EQ(http.count(), 1u);
+  auto row = store_->find(*pool_->acquire(), e.event_id());
+  ASSERT_TRUE(row->last_error);
+  EXPECT_EQ(*row->last_error, sanitize_utf8(*row->last_error));
+  EXPECT_EQ(row->last_error->rfind("HTTP 400: x\xC3\xA9", 0), 0u) << *row->last_error;
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, RelayE2E, ::testing::Values("sqlite", "postgres", "mysql"),
                          [](const auto& info) { return info.param; });
 
@@ -501,6 +540,51 @@ target = "wallet-events"
     last[m.key] = seq;
   }
   EXPECT_EQ(last.size(), 7u);
+  EXPECT_EQ(relay.terminate(), 0);
+}
+
+// Issue 9 item 9, as a receiver sees it: in ordered mode the first event of an aggregate is
+// answered 429 with Retry-After: 1; the receiver used to get A1, A2, A3, A1. The relay now holds
+// A1 and sends nothing behind it until A1 went through.
+TEST_F(RelayE2EThrottle, OrderedModeRetryAfterKeepsTheAggregatesOrder) {
+  testing::HttpTestServer http;
+  std::atomic<int> calls{0};
+  http.respond([&](const testing::ReceivedRequest&, httplib::Response& res) {
+    if (calls++ == 0) {
+      res.status = 429;
+      res.set_header("Retry-After", "1");
+      res.set_content("slow down", "text/plain");
+      return;
+    }
+    res.status = 200;
+  });
+  std::vector<EventEnvelope> events;
+  for (int i = 1; i <= 3; ++i) {
+    events.push_back(event("PaymentCaptured", "Payment", "p-1", i));
+  }
+  store->insert_batch(*pool->acquire(), events);
+  RelayProcess relay(dir, "[database]\nurl = \"" + url + R"("
+[poller]
+interval = "100ms"
+[dispatcher]
+ordered = true
+batch = 10
+[admin]
+enabled = false
+[publishers.hooks]
+type = "http"
+[[routes]]
+publisher = "hooks"
+target = ")" + http.url("/hooks") +
+                              "\"\n");
+  ASSERT_TRUE(wait_until([&] { return store->count_by_status(*pool->acquire())[1] == 3; }, 60s))
+      << relay.log();
+  std::vector<std::string> order;
+  for (const auto& r : http.received()) {
+    order.push_back(r.header("X-Outbox-Event-Id"));
+  }
+  EXPECT_EQ(order, (std::vector<std::string>{events[0].event_id(), events[0].event_id(),
+                                             events[1].event_id(), events[2].event_id()}));
   EXPECT_EQ(relay.terminate(), 0);
 }
 
