@@ -372,7 +372,7 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
                                    std::to_string(defer->count()) +
                                    " ms; ordered mode holds the queue meanwhile");
         // At least a short pause: a listener deferring by 0 must not spin a core.
-        const auto pause = std::max<std::chrono::milliseconds>(*defer, kMinOrderedPause);
+        const auto pause = std::max(clamp_delay(*defer), kMinOrderedPause);
         std::unique_lock lock(queue_mutex_);
         const bool stopping = work_ready_.wait_for(lock, pause, [&] { return closing_; });
         if (!stopping) {

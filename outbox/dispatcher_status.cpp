@@ -59,7 +59,7 @@ void OutboxDispatcher::complete(QueuedEvent& queued, std::exception_ptr error) {
     } catch (const PermanentFailure&) {
       outcome = Outcome::Dead;
     } catch (const RetryLater& later) {
-      delay = later.delay();
+      delay = clamp_delay(later.delay());
       if (!later.count_attempt()) {
         outcome = Outcome::Deferred;
       } else {

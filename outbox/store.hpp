@@ -58,6 +58,15 @@ inline std::chrono::milliseconds own_claim_grace(std::chrono::milliseconds lock_
   return std::min<std::chrono::milliseconds>(lock_timeout / 10, std::chrono::seconds(10));
 }
 
+/// Longest retry or deferral delay stored (30 days); longer ones (and negative ones) are clamped so
+/// that no engine's interval or timestamp arithmetic overflows.
+inline constexpr std::chrono::milliseconds kMaxRetryDelay{std::chrono::hours(24 * 30)};
+
+/// `delay` within [0, kMaxRetryDelay].
+inline std::chrono::milliseconds clamp_delay(std::chrono::milliseconds delay) {
+  return std::clamp(delay, std::chrono::milliseconds(0), kMaxRetryDelay);
+}
+
 /// Truncates `error` to kMaxErrorLength bytes without splitting a UTF-8 sequence and replaces
 /// invalid UTF-8 and NUL bytes with U+FFFD, so every engine accepts it as text.
 std::string truncate_error(std::string_view error);

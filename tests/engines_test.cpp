@@ -257,7 +257,14 @@ TEST(Detection, OpenPoolByUrlAndMigrateSqlite) {
   testing::TempDir dir;
   auto pool = open_pool("sqlite://" + dir.file("m.db"), 2);
   auto conn = pool->acquire();
+  // A table made by create_schema (no version recorded) holding a DEAD row without done_at.
+  create_schema_for(*conn);
+  conn->execute(
+      "INSERT INTO outbox_event (event_id, event_type, payload, status, available_at, created_at) "
+      "VALUES ('before', 'T', '{}', 3, 0, 0)");
+  const auto first = std::chrono::system_clock::now();
   EXPECT_EQ(migrate(*conn).from, 0);
+  EXPECT_GE(detect_store(*conn)->find(*conn, "before")->done_at, first - std::chrono::seconds(1));
   EXPECT_EQ(migrate(*conn).from, 2);
   // Version 2 gives DEAD rows of version 1 (no done_at) a retention that starts at the upgrade.
   conn->execute("UPDATE outbox_schema_version SET version = 1");

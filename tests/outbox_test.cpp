@@ -354,6 +354,25 @@ TEST_F(OutboxTest, OrderedModeDeferralHoldsLaterEventsBack) {
   EXPECT_EQ(seen, (std::vector<std::string>{"\"1\"", "\"1\"", "\"2\"", "\"3\""}));
 }
 
+// Found breaking issue 9: RetryLater(milliseconds::max()) overflowed the ordered worker's wait,
+// which returned at once: the listener was called ~40,000 times a second.
+TEST_F(OutboxTest, OrderedModeHugeDeferralWaitsInsteadOfSpinning) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("Step"), [&](const EventEnvelope&) {
+    ++calls;
+    throw RetryLater(std::chrono::milliseconds::max(), "come back much later", false);
+  });
+  auto ob = Outbox::ordered(options());
+  commit_one(ob, "Step");
+  ASSERT_TRUE(wait_until([&] {
+    ob.poller()->poll();
+    return calls.load() >= 1;
+  }));
+  ob.close();  // ends the wait at once
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(count(EventStatus::New), 1);  // still pending, first in line after a restart
+}
+
 // Issue 9 item 9: a DONE mark that failed left the head event NEW while the events behind it
 // (already queued, or read past by a keyset page) went on: A1, A2, A3, A1. Now the queue is
 // dropped and read again from the head: A1 (twice, at least once), A2, A3.

@@ -32,6 +32,7 @@ struct StoreBackend {
   std::shared_ptr<outbox::EventPurger> purger;
   std::shared_ptr<outbox::EventPurger> age_purger;
   std::shared_ptr<void> keep_alive;
+  std::string table = "outbox_event";
   /// The text the engine gives back for a JSON payload (PostgreSQL's JSONB re-renders it).
   std::function<std::string(const std::string&)> stored_json = [](const std::string& s) {
     return s;
@@ -73,6 +74,7 @@ BackendFactory postgres_backend() {
         StoreBackend b;
         b.conn = outbox::postgres::connect(url);
         const auto table = outbox::testing::unique_table("contract");
+        b.table = table;
         outbox::postgres::create_schema(*b.conn, table);
         b.store = std::make_shared<outbox::postgres::PostgresOutboxStore>(
             outbox::postgres::PostgresOutboxStore::Options{.table = table,
@@ -96,6 +98,7 @@ BackendFactory mysql_backend() {
         StoreBackend b;
         b.conn = outbox::mysql::connect(url);
         const auto table = outbox::testing::unique_table("contract");
+        b.table = table;
         outbox::mysql::create_schema(*b.conn, table);
         b.store = std::make_shared<outbox::mysql::MySqlOutboxStore>(
             outbox::mysql::MySqlOutboxStore::Options{.table = table, .use_database_clock = false});
@@ -121,6 +124,7 @@ class StoreContract : public ::testing::TestWithParam<BackendFactory> {
 
   outbox::sql::Connection& conn() { return *b_.conn; }
   outbox::OutboxStore& store() { return *b_.store; }
+  const std::string& table() const { return b_.table; }
 
   // Base time well in the past so "now" comparisons are deterministic.
   Timestamp t0 = outbox::from_micros(1'700'000'000'000'000);
@@ -518,11 +522,30 @@ TEST_P(StoreContract, DeadRetentionCountsFromWhenTheRowWentDead) {
   EXPECT_EQ(b_.purger->purge(conn(), t0 + 4 * 24h, 100), 0);
   EXPECT_EQ(status("late"), EventStatus::Dead);
   EXPECT_EQ(b_.purger->purge(conn(), t0 + 10 * 24h + 1s, 100), 1);
+  // A DEAD row from before schema version 2 (no done_at) is never purged by age: its retention
+  // starts when `outbox migrate` gives it one.
+  insert("legacy", t0);
+  store().mark_dead(conn(), "legacy", t0, "x");
+  conn().execute("UPDATE " + table() + " SET done_at = NULL WHERE event_id = 'legacy'");
+  EXPECT_EQ(b_.purger->purge(conn(), t0 + 365 * 24h, 100), 0);
+  EXPECT_EQ(status("legacy"), EventStatus::Dead);
   // A replayed row's terminal time is cleared with it.
   insert("again", t0);
   store().mark_dead(conn(), "again", t0 + 1s, "x");
   store().replay_dead(conn(), "again", t0 + 2s);
   EXPECT_FALSE(store().find(conn(), "again")->done_at);
+}
+
+// Found breaking issue 9: a delay of milliseconds::max() (a listener's RetryLater) overflowed
+// every engine's arithmetic (PostgreSQL refused the interval, MariaDB and SQLite wrapped), so the
+// row stayed pending and was delivered at every poll. Delays are clamped to [0, 30 days].
+TEST_P(StoreContract, HugeAndNegativeDelaysAreClamped) {
+  insert("a", t0);
+  insert("b", t0);
+  EXPECT_EQ(store().mark_deferred(conn(), "a", t0, std::chrono::milliseconds::max(), "x"), 1);
+  EXPECT_EQ(store().find(conn(), "a")->available_at, t0 + outbox::kMaxRetryDelay);
+  EXPECT_EQ(store().mark_retry(conn(), "b", t0, -5s, "y"), 1);
+  EXPECT_EQ(store().find(conn(), "b")->available_at, t0);
 }
 
 // Issue 9 item 5: an error text that is not valid UTF-8 (a body cut inside a character, binary

@@ -145,9 +145,9 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
     create_schema_for(conn, table);
   }
   // Version 2: DEAD rows record when they became DEAD in done_at (their purge retention counts
-  // from then). Rows that went DEAD before have none: their retention starts now, rather than
-  // at created_at, which would purge them at the next cycle.
-  if (result.from == 1) {
+  // from then). Rows that went DEAD before have none: their retention starts now (purgers never
+  // delete a DEAD row without done_at).
+  if (result.from < 2) {  // 0 too: the table may have been made by create_schema
     const std::string_view dialect = conn.dialect();
     const std::string now = dialect == "postgres" ? "statement_timestamp()"
                             : dialect == "mysql"

@@ -274,6 +274,9 @@ struct HttpPublisher::Impl {
     if (istarts_with(name, kOwnPrefix)) {
       return "X-Outbox-* names are reserved for the publisher's metadata";
     }
+    if (iequals(name, "User-Agent") || iequals(name, "Accept")) {
+      return "User-Agent and Accept are set by the publisher (and libcurl) on every request";
+    }
     if (iequals(name, options.signature_header)) {
       return "it is the publisher's signature header";
     }

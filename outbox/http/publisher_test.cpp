@@ -433,6 +433,8 @@ TEST(HttpPublisher, EnvelopeHeadersCannotReframeOrForgeTheRequest) {
       {"Proxy-Authorization", "Basic Zm9yZ2Vk"},
       {"Expect", "100-continue"},
       {"authorization", "Bearer forged"},
+      {"User-Agent", "forged-agent/1.0"},
+      {"accept", "text/forged"},
       {"x-sig", "sha256=forged"},  // the configured signature header
       {"x-env", "forged"},         // a configured static header
   };

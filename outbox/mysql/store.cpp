@@ -235,7 +235,7 @@ int MySqlOutboxStore::reschedule(sql::Connection& conn, std::string_view event_i
         (count_attempt ? "1" : "0") + ", available_at = ")
       .now(now)
       .sql(" + INTERVAL ")
-      .param(static_cast<std::int64_t>(delay.count()) * 1000)
+      .param(static_cast<std::int64_t>(clamp_delay(delay).count()) * 1000)
       .sql(" MICROSECOND, last_error = ")
       .param(TextRef{truncated})
       .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
@@ -451,7 +451,7 @@ int MySqlEventPurger::purge(sql::Connection& conn, Timestamp before, int limit) 
   Query q(false);
   q.sql("DELETE FROM " + table_ + " WHERE terminal_at IS NOT NULL AND terminal_at < ")
       .at(before)
-      .sql(" ORDER BY terminal_at LIMIT ")
+      .sql(" AND (status = 1 OR done_at IS NOT NULL) ORDER BY terminal_at LIMIT ")
       .param(std::int64_t{limit});
   return to_int(q.execute(conn));
 }

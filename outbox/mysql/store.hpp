@@ -78,8 +78,8 @@ class MySqlOutboxStore final : public OutboxStore {
   std::string select_;
 };
 
-/// Deletes terminal rows (DONE, DEAD) with COALESCE(done_at, created_at) < before, oldest first,
-/// with DELETE … ORDER BY … LIMIT. Thread-safe.
+/// Deletes DONE rows done before `before` and DEAD rows that became DEAD before it (done_at; a
+/// DEAD row without done_at, from before schema version 2, is kept). Thread-safe.
 class MySqlEventPurger final : public EventPurger {
  public:
   explicit MySqlEventPurger(std::string table = "outbox_event");

@@ -241,7 +241,8 @@ int PostgresOutboxStore::reschedule(sql::Connection& conn, std::string_view even
                           owned(4);
   const std::string truncated = truncate_error(message);
   std::vector<Value> params = {TextRef{event_id}, TextRef{truncated},
-                               static_cast<std::int64_t>(delay.count()), TextRef{owner}};
+                               static_cast<std::int64_t>(clamp_delay(delay).count()),
+                               TextRef{owner}};
   if (!options_.use_database_clock) {
     params.emplace_back(to_micros(now));
   }
@@ -398,11 +399,11 @@ PostgresEventPurger::PostgresEventPurger(std::string table) : table_(std::move(t
 }
 
 int PostgresEventPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
-  return to_int(conn.execute("DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " +
-                                 table_ +
-                                 " WHERE status IN (1, 3) AND COALESCE(done_at, created_at) < " +
-                                 ts(1) + " ORDER BY created_at LIMIT $2)",
-                             {to_micros(before), std::int64_t{limit}}));
+  return to_int(
+      conn.execute("DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " + table_ +
+                       " WHERE status IN (1, 3) AND COALESCE(done_at, created_at) < " + ts(1) +
+                       " AND (status = 1 OR done_at IS NOT NULL) ORDER BY created_at LIMIT $2)",
+                   {to_micros(before), std::int64_t{limit}}));
 }
 
 PostgresAgeBasedPurger::PostgresAgeBasedPurger(std::string table) : table_(std::move(table)) {

@@ -82,7 +82,8 @@ class PostgresOutboxStore final : public OutboxStore {
   std::string insert_one_sql_;
 };
 
-/// Deletes terminal rows (DONE, DEAD) with COALESCE(done_at, created_at) < before. Thread-safe.
+/// Deletes DONE rows done before `before` and DEAD rows that became DEAD before it (done_at; a
+/// DEAD row without done_at, from before schema version 2, is kept). Thread-safe.
 class PostgresEventPurger final : public EventPurger {
  public:
   explicit PostgresEventPurger(std::string table = "outbox_event");

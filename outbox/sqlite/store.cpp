@@ -184,17 +184,18 @@ int SqliteOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_
                                   std::chrono::milliseconds delay, std::string_view error,
                                   std::string_view owner) {
   const std::string truncated = truncate_error(error);
-  return static_cast<int>(conn.execute(mark_retry_sql_, {to_micros(now + delay), TextRef{truncated},
-                                                         TextRef{event_id}, TextRef{owner}}));
+  return static_cast<int>(
+      conn.execute(mark_retry_sql_, {to_micros(now + clamp_delay(delay)), TextRef{truncated},
+                                     TextRef{event_id}, TextRef{owner}}));
 }
 
 int SqliteOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id,
                                      Timestamp now, std::chrono::milliseconds delay,
                                      std::string_view reason, std::string_view owner) {
   const std::string truncated = truncate_error(reason);
-  return static_cast<int>(conn.execute(
-      mark_deferred_sql_,
-      {to_micros(now + delay), TextRef{truncated}, TextRef{event_id}, TextRef{owner}}));
+  return static_cast<int>(
+      conn.execute(mark_deferred_sql_, {to_micros(now + clamp_delay(delay)), TextRef{truncated},
+                                        TextRef{event_id}, TextRef{owner}}));
 }
 
 int SqliteOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id, Timestamp now,
@@ -329,7 +330,8 @@ SqliteEventPurger::SqliteEventPurger(std::string table) : table_(std::move(table
 int SqliteEventPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
   return static_cast<int>(
       conn.execute("DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " + table_ +
-                       " WHERE status IN (1, 3) AND COALESCE(done_at, created_at) < ? "
+                       " WHERE status IN (1, 3) AND COALESCE(done_at, created_at) < ? AND "
+                       "(status = 1 OR done_at IS NOT NULL) "
                        "ORDER BY created_at LIMIT ?)",
                    {to_micros(before), std::int64_t{limit}}));
 }

@@ -73,7 +73,8 @@ class SqliteOutboxStore final : public OutboxStore {
       poll_after_sql_, claim_sql_, claim_after_sql_;
 };
 
-/// Deletes terminal rows (DONE, DEAD) with COALESCE(done_at, created_at) < before. Thread-safe.
+/// Deletes DONE rows done before `before` and DEAD rows that became DEAD before it (done_at; a
+/// DEAD row without done_at, from before schema version 2, is kept). Thread-safe.
 class SqliteEventPurger final : public EventPurger {
  public:
   explicit SqliteEventPurger(std::string table = "outbox_event");
