@@ -167,6 +167,11 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, boo
     if (!hot && completed_ids_.count(id) != 0) {
       return EnqueueResult::Duplicate;  // completed after this scan read it: no longer pending
     }
+    if (!hot && event.scan_token && *event.scan_token < scans_invalid_before_) {
+      // Read before an ordered drop: the head event is pending again and must come first; the
+      // next cycle reads from it.
+      return EnqueueResult::Refused;
+    }
     if (!reserved && !options_.in_flight_tracker->try_acquire(id)) {
       return EnqueueResult::Duplicate;  // already queued or being processed here
     }

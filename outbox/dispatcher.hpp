@@ -42,6 +42,9 @@ struct QueuedEvent {
   /// When this node's claim on the row was stamped (multi-node; taken before the claiming
   /// statement ran). Unset: no claim to watch.
   std::optional<std::chrono::steady_clock::time_point> claimed_at;
+  /// The begin_scan() token of the poll cycle that read the row (cold events). Unset: not read by
+  /// a tracked cycle.
+  std::optional<std::uint64_t> scan_token;
 };
 
 /// Runs listeners for queued events and records DONE / RETRY / DEAD. Thread-safe.
@@ -171,6 +174,9 @@ class OutboxDispatcher {
   std::unordered_map<std::string, std::chrono::steady_clock::time_point> reserved_at_;
   std::unordered_set<std::string> running_;
   std::uint64_t expired_dropped_ = 0;
+  // Ordered mode: poll cycles that began before this completion count read the queue that was
+  // dropped after a failed status write; what they still hand over is refused.
+  std::uint64_t scans_invalid_before_ = 0;
   std::mutex done_mutex_;  // guards pending_done_, first_done_at_, flusher_stop_
   std::condition_variable done_ready_;
   std::vector<std::string> pending_done_;

@@ -86,6 +86,10 @@ void OutboxDispatcher::complete(QueuedEvent& queued, std::exception_ptr error) {
     drop_queued();
   }
   finish(event.event_id());
+  if (!written && options_.ordered) {
+    std::lock_guard lock(queue_mutex_);
+    scans_invalid_before_ = completion_seq_;
+  }
   switch (outcome) {
     case Outcome::Done:
       if (written) {

@@ -14,7 +14,7 @@ namespace outbox {
 
 bool DispatcherPollerHandler::handle(const EventEnvelope& event, int attempts) {
   const auto r = dispatcher_.try_enqueue_cold(
-      QueuedEvent{event, QueuedEvent::Source::Cold, attempts, cycle_started_});
+      QueuedEvent{event, QueuedEvent::Source::Cold, attempts, cycle_started_, scan_token_});
   if (r == OutboxDispatcher::EnqueueResult::Queued) {
     ++queued_;
   }

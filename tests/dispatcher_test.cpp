@@ -6,6 +6,7 @@
 #include "outbox/interceptor.hpp"
 #include "outbox/metrics.hpp"
 #include "outbox/retry_policy.hpp"
+#include "tests/support/failing_store.hpp"
 #include "tests/support/sqlite_fixture.hpp"
 
 namespace outbox {
@@ -512,6 +513,56 @@ TEST_F(DispatcherTest, OptionsAreValidated) {
   bad([](auto& o) { o.interceptors = {nullptr}; });
   bad([](auto& o) { o.done_batch_window = std::chrono::microseconds(-1); });
   bad([](auto& o) { o.done_batch_max = 0; });
+}
+
+// Found breaking issue 9: in ordered mode a failed DONE write dropped the queue, but a poll cycle
+// that had read [e1, e2] before the drop still queued e2, which then overtook e1's redelivery
+// (e1, e2, e1). Events read by a cycle that began before the drop are refused.
+TEST_F(DispatcherTest, OrderedDropRefusesWhatAnEarlierScanStillHandsOver) {
+  Gate gate;
+  std::mutex m;
+  std::vector<std::string> seen;
+  listeners->register_listener(EventType::of("S"), [&](const EventEnvelope& e) {
+    bool first;
+    {
+      std::lock_guard lock(m);
+      seen.push_back(e.event_id());
+      first = seen.size() == 1;
+    }
+    if (first) {
+      gate.wait();
+    }
+  });
+  auto e1 = committed("S", "e1");
+  auto e2 = committed("S", "e2");
+  auto o = options();
+  o.worker_count = 1;
+  o.ordered = true;
+  o.store = std::make_shared<testing::FailingDoneStore>(store, "e1");
+  OutboxDispatcher d(o);
+  const auto early = d.begin_scan();  // this cycle reads e1 and e2
+  ASSERT_EQ(d.try_enqueue_cold(QueuedEvent{e1, QueuedEvent::Source::Cold, 0, {}, early}),
+            OutboxDispatcher::EnqueueResult::Queued);
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(m);
+    return seen.size() == 1;
+  }));
+  gate.open();  // e1's DONE write is refused: the queue is dropped
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().status_update_failure == 1; }));
+  EXPECT_EQ(d.try_enqueue_cold(QueuedEvent{e2, QueuedEvent::Source::Cold, 0, {}, early}),
+            OutboxDispatcher::EnqueueResult::Refused);
+  d.end_scan(early);
+  const auto next = d.begin_scan();  // the next cycle reads from the head again
+  ASSERT_TRUE(wait_until([&] {
+    return d.try_enqueue_cold(QueuedEvent{e1, QueuedEvent::Source::Cold, 0, {}, next}) ==
+           OutboxDispatcher::EnqueueResult::Queued;
+  }));
+  EXPECT_EQ(d.try_enqueue_cold(QueuedEvent{e2, QueuedEvent::Source::Cold, 0, {}, next}),
+            OutboxDispatcher::EnqueueResult::Queued);
+  d.end_scan(next);
+  ASSERT_TRUE(wait_status("e2", EventStatus::Done));
+  d.close();
+  EXPECT_EQ(seen, (std::vector<std::string>{"e1", "e1", "e2"}));
 }
 
 }  // namespace
