@@ -2,6 +2,7 @@
 // flusher that batches success marks, and the heartbeat that keeps this node's claims alive.
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -185,6 +186,9 @@ void OutboxDispatcher::drop_queued() {
 void OutboxDispatcher::heartbeat_loop() {
   const auto period =
       std::max<std::chrono::milliseconds>(options_.claim_timeout / 4, std::chrono::milliseconds(1));
+  // A connection of its own where the provider can make one: borrowing from a pool that busy
+  // listeners exhaust would let the lease of a running event run out.
+  std::unique_ptr<sql::Connection> own;
   std::unique_lock wait_lock(heartbeat_mutex_);
   for (;;) {
     if (heartbeat_wake_.wait_for(wait_lock, period, [&] { return heartbeat_stop_; })) {
@@ -206,8 +210,21 @@ void OutboxDispatcher::heartbeat_loop() {
     }
     if (!ids.empty()) {
       try {
-        auto conn = options_.connection_provider->acquire();
-        options_.store->renew_claims(*conn, options_.claim_owner, ids, options_.clock->now());
+        if (!own || own->is_broken()) {
+          own.reset();
+          own = options_.connection_provider->open_dedicated();
+        }
+        std::optional<sql::PooledConnection> borrowed;
+        if (!own) {
+          borrowed.emplace(options_.connection_provider->acquire());
+        }
+        sql::Connection& conn = own ? *own : borrowed->get();
+        try {
+          options_.store->renew_claims(conn, options_.claim_owner, ids, options_.clock->now());
+        } catch (...) {
+          own.reset();  // opened again at the next beat
+          throw;
+        }
         if (std::chrono::steady_clock::now() - stamped > options_.claim_timeout / 4) {
           // Too slow to be sure the renewal came before another node could take a lapsing claim:
           // the queued events keep their old claim time (and are dropped when it lapses).

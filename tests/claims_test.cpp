@@ -151,6 +151,63 @@ TEST_P(Claims, QueuedRowsKeepTheirClaimAcrossHealthyNodes) {
   EXPECT_EQ(duplicates, 0);
 }
 
+// Found breaking issue 9: the heartbeat borrowed from the node's pool; with every connection
+// held by busy work for longer than the lease, a running event's claim ran out and another node
+// delivered it too. The heartbeat now renews on a connection of its own.
+TEST_P(Claims, ARunningEventKeepsItsClaimWhileThePoolIsExhausted) {
+  const auto e = event(3);
+  store_->insert_new(*pool_->acquire(), e);
+  std::mutex mutex;
+  std::vector<std::string> deliveries;
+  std::atomic<bool> started{false};
+  std::atomic<bool> release{false};
+  auto registry = [&](const std::string& name) {
+    auto listeners = std::make_shared<DefaultListenerRegistry>();
+    listeners->register_listener(EventType::of("Work"), [&, name](const EventEnvelope&) {
+      {
+        std::lock_guard lock(mutex);
+        deliveries.push_back(name);
+      }
+      started = true;
+      // Slow work, several leases long; ends when the test says so (bounded).
+      testing::wait_until([&] { return release.load(); }, 30s);
+    });
+    return listeners;
+  };
+  auto pool_a = make_pool();
+  auto a = Outbox::multi_node({.connection_provider = pool_a,
+                               .tx_context = std::make_shared<ThreadLocalTxContext>(),
+                               .store = store_,
+                               .listeners = registry("node-a"),
+                               .poll_interval = 30ms,
+                               .worker_count = 1,
+                               .claim_locking = ClaimLocking{"node-a", 400ms}});
+  ASSERT_TRUE(testing::wait_until([&] { return started.load(); }));
+  auto b = Outbox::multi_node({.connection_provider = make_pool(),
+                               .tx_context = std::make_shared<ThreadLocalTxContext>(),
+                               .store = store_,
+                               .listeners = registry("node-b"),
+                               .poll_interval = 30ms,
+                               .worker_count = 1,
+                               .claim_locking = ClaimLocking{"node-b", 400ms}});
+  {
+    // Node A's pool exhausted for three leases, as busy business transactions would.
+    std::vector<sql::PooledConnection> held;
+    for (int i = 0; i < 4; ++i) {
+      held.push_back(pool_a->acquire());
+    }
+    const auto until = std::chrono::steady_clock::now() + 1200ms;
+    testing::wait_until([&] { return std::chrono::steady_clock::now() >= until; }, 5s);
+  }
+  release = true;
+  ASSERT_TRUE(testing::wait_until(
+      [&] { return store_->find(*pool_->acquire(), e.event_id())->status == EventStatus::Done; }));
+  a.close();
+  b.close();
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(deliveries, (std::vector<std::string>{"node-a"}));
+}
+
 // Issue 9 item 8: a node whose claim expired and was taken over must not overwrite the new
 // owner's outcome: its late PermanentFailure used to mark the row DEAD.
 TEST_P(Claims, AStaleOwnersLateOutcomeChangesNothing) {

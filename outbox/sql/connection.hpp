@@ -92,6 +92,10 @@ class ConnectionProvider {
   virtual ~ConnectionProvider() = default;
   /// Borrows a connection. Throws outbox::StoreError when none can be had in time.
   virtual PooledConnection acquire() = 0;
+  /// A connection of its own for a background task that must not wait behind borrowers (the
+  /// claim heartbeat), outside any size limit; nullptr when the provider cannot make one.
+  /// Throws outbox::StoreError when the database refuses it.
+  virtual std::unique_ptr<Connection> open_dedicated() { return nullptr; }
 };
 
 }  // namespace outbox::sql

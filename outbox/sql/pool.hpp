@@ -31,6 +31,8 @@ class ConnectionPool final : public ConnectionProvider {
 
   /// Borrows an idle connection or makes one; waits up to acquire_timeout, then throws StoreError.
   PooledConnection acquire() override;
+  /// A new connection from the factory, not counted against max_size. Throws StoreError.
+  std::unique_ptr<Connection> open_dedicated() override { return options_.factory(); }
   /// Connections currently lent out.
   std::size_t in_use() const;
 
