@@ -26,6 +26,19 @@ void run_callbacks(std::vector<std::function<void()>>& callbacks, const char* wh
 
 }  // namespace
 
+// Runs one of Savepoint's own statements: the outbox follows these exactly, so they do not make
+// the transaction suspect (see sql::Connection::transaction_suspect).
+void Savepoint::run(sql::Connection& conn, const std::string& sql) {
+  const bool suspect = conn.suspect_;
+  try {
+    conn.execute(sql);
+  } catch (...) {
+    conn.suspect_ = suspect;
+    throw;
+  }
+  conn.suspect_ = suspect;
+}
+
 ThreadLocalTxContext::~ThreadLocalTxContext() = default;
 
 ThreadLocalTxContext::Frame* ThreadLocalTxContext::frame() const {
@@ -85,7 +98,7 @@ void ThreadLocalTxContext::Frame::end_savepoints() noexcept {
 
 Savepoint::Savepoint(ThreadLocalTxContext::Frame& frame)
     : frame_(&frame), name_("outbox_sp_" + std::to_string(++frame.savepoint_names)) {
-  frame.connection->execute("SAVEPOINT " + name_);
+  run(*frame.connection, "SAVEPOINT " + name_);
   frame.savepoints.push_back({this, frame.on_commit.size(), frame.on_rollback.size()});
 }
 
@@ -128,7 +141,7 @@ std::size_t Savepoint::position(const char* what) const {
 void Savepoint::rollback() {
   const std::size_t at = position("rollback");
   auto* frame = frame_;
-  frame->connection->execute("ROLLBACK TO SAVEPOINT " + name_);
+  run(*frame->connection, "ROLLBACK TO SAVEPOINT " + name_);
   const auto mark = frame->savepoints[at];
   frame->savepoints.pop_back();
   frame_ = nullptr;
@@ -139,12 +152,12 @@ void Savepoint::rollback() {
   frame->on_rollback.resize(mark.rollbacks);
   frame->on_commit.resize(mark.commits);
   run_callbacks(undone, "after-rollback");
-  frame->connection->execute("RELEASE SAVEPOINT " + name_);
+  run(*frame->connection, "RELEASE SAVEPOINT " + name_);
 }
 
 void Savepoint::release() {
   position("release");
-  frame_->connection->execute("RELEASE SAVEPOINT " + name_);
+  run(*frame_->connection, "RELEASE SAVEPOINT " + name_);
   frame_->savepoints.pop_back();
   frame_ = nullptr;
 }
@@ -249,6 +262,7 @@ void Transaction::finish(bool committed) noexcept {
 ExternalTransaction::ExternalTransaction(ThreadLocalTxContext& context, sql::Connection& connection)
     : context_(&context), frame_(std::make_unique<ThreadLocalTxContext::Frame>()) {
   frame_->connection = &connection;
+  connection.suspect_ = false;  // a new transaction of the caller's
   context_->bind(frame_.get());
 }
 

@@ -107,8 +107,8 @@ class ExternalTransaction {
   void committed();
   /// The caller rolled back: runs after-rollback callbacks. Throws std::logic_error likewise.
   void rolled_back();
-  /// Opens a savepoint on the bound connection (see Savepoint): use it instead of a SAVEPOINT of
-  /// your own around outbox writes. Throws std::logic_error once reported, StoreError on failure.
+  /// Opens a savepoint on the bound connection (see Savepoint): prefer it to a SAVEPOINT of your
+  /// own around outbox writes. Throws std::logic_error once reported, StoreError on failure.
   Savepoint savepoint();
 
  private:
@@ -120,9 +120,10 @@ class ExternalTransaction {
 /// A SQL savepoint that keeps the outbox in step with the rows: rolled back, the events written
 /// since it began are forgotten by the hot path too (their after-rollback callbacks run, their
 /// after-commit callbacks are dropped), so an event whose row was undone is never delivered.
-/// OutboxWriter refuses to write after a SAVEPOINT run as plain SQL through the connection (see
-/// sql::Connection::raw_savepoints). Savepoints nest; end them innermost first. Without release()
-/// or rollback() the destructor rolls back. Move-only; use on the thread of its transaction.
+/// A SAVEPOINT run as plain SQL instead makes OutboxWriter check after commit that each event's
+/// row exists (see sql::Connection::transaction_suspect). Savepoints nest; end them innermost
+/// first. Without release() or rollback() the destructor rolls back. Move-only; use on the thread
+/// of its transaction.
 class Savepoint {
  public:
   Savepoint(Savepoint&& other) noexcept;
@@ -145,6 +146,7 @@ class Savepoint {
   friend struct ThreadLocalTxContext::Frame;
   explicit Savepoint(ThreadLocalTxContext::Frame& frame);
   std::size_t position(const char* what) const;
+  static void run(sql::Connection& conn, const std::string& sql);
 
   ThreadLocalTxContext::Frame* frame_;
   std::string name_;

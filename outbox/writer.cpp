@@ -21,6 +21,33 @@ void guarded(const char* what, Fn&& fn) noexcept {
   }
 }
 
+// After a commit whose transaction ran transaction-control SQL through the connection (a plain
+// SAVEPOINT rolled back, a ROLLBACK AND CHAIN, …): which events' rows really exist. The ones that
+// do not were undone and must not reach the hot path; if the check itself fails, none does (the
+// poller delivers the rows that exist).
+std::pair<std::vector<EventEnvelope>, std::vector<EventEnvelope>> split_by_row(
+    sql::Connection& conn, OutboxStore& store, const std::vector<EventEnvelope>& events) {
+  std::vector<EventEnvelope> present;
+  std::vector<EventEnvelope> undone;
+  try {
+    for (const auto& e : events) {
+      (store.find(conn, e.event_id()) ? present : undone).push_back(e);
+    }
+  } catch (const std::exception& ex) {
+    log(LogLevel::Warning,
+        std::string("OutboxWriter: could not check after commit which events were undone; the "
+                    "poller delivers them: ") +
+            ex.what());
+    return {{}, events};
+  }
+  for (const auto& e : undone) {
+    log(LogLevel::Warning, "OutboxWriter: event " + e.event_id() +
+                               " was undone inside its transaction (savepoint or ROLLBACK run "
+                               "through the connection); it is not delivered");
+  }
+  return {std::move(present), std::move(undone)};
+}
+
 }  // namespace
 
 OutboxWriter::OutboxWriter(std::shared_ptr<TxContext> tx_context,
@@ -57,12 +84,6 @@ std::vector<std::string> OutboxWriter::write_all(std::vector<EventEnvelope> even
     return {};
   }
   auto& conn = tx_context_->current_connection();
-  if (conn.raw_savepoints() > 0) {
-    throw std::logic_error(
-        "OutboxWriter: write after a SQL SAVEPOINT run through the connection is refused: a "
-        "ROLLBACK TO it would undo the row while the event was still delivered; use "
-        "Transaction::savepoint() (or ExternalTransaction::savepoint()) instead");
-  }
   const std::string_view owner = hook_ ? hook_->lock_owner() : std::string_view();
   if (events.size() == 1) {
     store_->insert_new(conn, events.front(), owner);
@@ -77,8 +98,21 @@ std::vector<std::string> OutboxWriter::write_all(std::vector<EventEnvelope> even
   if (hook_) {
     guarded("after_write", [&] { hook_->after_write(events); });
     auto shared = std::make_shared<const std::vector<EventEnvelope>>(std::move(events));
-    tx_context_->after_commit(
-        [hook = hook_, shared] { guarded("after_commit", [&] { hook->after_commit(*shared); }); });
+    tx_context_->after_commit([hook = hook_, shared, store = store_, connection = &conn] {
+      guarded("after_commit", [&] {
+        if (!connection->transaction_suspect()) {
+          hook->after_commit(*shared);
+          return;
+        }
+        auto [present, undone] = split_by_row(*connection, *store, *shared);
+        if (!undone.empty()) {
+          guarded("after_rollback", [&] { hook->after_rollback(undone); });
+        }
+        if (!present.empty()) {
+          hook->after_commit(present);
+        }
+      });
+    });
     tx_context_->after_rollback([hook = hook_, shared] {
       guarded("after_rollback", [&] { hook->after_rollback(*shared); });
     });

@@ -41,8 +41,9 @@ class OutboxWriter {
                std::shared_ptr<WriterHook> hook = {});
 
   /// Inserts one event; returns its id, or nullopt when the hook suppressed it. Throws
-  /// std::logic_error with no active transaction or after a plain-SQL SAVEPOINT on the connection
-  /// (use Transaction::savepoint()), outbox::StoreError when the insert fails.
+  /// std::logic_error with no active transaction, outbox::StoreError when the insert fails. After
+  /// commit, events whose rows a plain-SQL savepoint or ROLLBACK undid do not reach the hook's
+  /// after_commit (they get after_rollback).
   std::optional<std::string> write(const EventEnvelope& event);
   /// Shorthand for write(EventEnvelope::of_json(type, payload_json)).
   std::optional<std::string> write(EventType type, std::string payload_json);

@@ -42,7 +42,7 @@ class MyConnection final : public sql::Connection {
   using sql::Connection::query;
 
   std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
-    track_savepoints(sql);
+    track_statement(sql);
     if (params.empty()) {
       simple(sql);
       const auto n = mysql_affected_rows(conn_);
@@ -55,7 +55,7 @@ class MyConnection final : public sql::Connection {
   }
 
   std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
-    track_savepoints(sql);
+    track_statement(sql);
     MYSQL_STMT* st = run(sql, params);
     std::vector<sql::Row> rows;
     MYSQL_RES* meta = mysql_stmt_result_metadata(st);
@@ -130,13 +130,12 @@ class MyConnection final : public sql::Connection {
   }
 
   void begin() override {
-    reset_savepoints();
+    reset_suspect();
     simple("START TRANSACTION");
     begun_ = true;
     ended_by_error_ = false;
   }
   void commit() override {
-    reset_savepoints();
     const bool begun = std::exchange(begun_, false);
     if (begun && ended_by_error_) {
       throw StoreError(
@@ -153,7 +152,6 @@ class MyConnection final : public sql::Connection {
     simple("COMMIT");
   }
   void rollback() override {
-    reset_savepoints();
     const bool begun = std::exchange(begun_, false);
     if (begun && ended_by_error_) {
       return;  // the server rolled it back already

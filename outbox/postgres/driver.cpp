@@ -49,7 +49,7 @@ class PgConnection final : public sql::Connection {
   using sql::Connection::query;
 
   std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
-    track_savepoints(sql);
+    track_statement(sql);
     auto res = run(sql, params);
     const char* n = PQcmdTuples(res.get());
     std::int64_t count = 0;
@@ -60,7 +60,7 @@ class PgConnection final : public sql::Connection {
   }
 
   std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
-    track_savepoints(sql);
+    track_statement(sql);
     auto res = run(sql, params);
     const int rows = PQntuples(res.get());
     const int cols = PQnfields(res.get());
@@ -78,12 +78,11 @@ class PgConnection final : public sql::Connection {
   }
 
   void begin() override {
-    reset_savepoints();
+    reset_suspect();
     run("BEGIN", {});
     begun_ = true;
   }
   void commit() override {
-    reset_savepoints();
     const bool begun = std::exchange(begun_, false);
     const auto state = PQtransactionStatus(conn_);
     if (begun && state == PQTRANS_INERROR) {
@@ -109,7 +108,6 @@ class PgConnection final : public sql::Connection {
     }
   }
   void rollback() override {
-    reset_savepoints();
     begun_ = false;
     run("ROLLBACK", {});
   }

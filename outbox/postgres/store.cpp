@@ -139,12 +139,13 @@ std::string PostgresOutboxStore::insert_sql(std::size_t rows) const {
                                                               "::bigint * interval '1 microsecond')"
                                                         : ts(b + 9);
     // The claim starts at the insert, never at the envelope's (possibly back-dated) occurred_at.
+    // (No CASE … END: END would make every writing transaction look suspect to the connection.)
     const std::string claimed =
         options_.use_database_clock ? "statement_timestamp()" : ts(static_cast<int>(rows) * 11 + 1);
     sql += (i == 0 ? "(" : ",(") + arg(1) + "," + arg(2) + "," + arg(3) + "," + arg(4) + "," +
            arg(5) + "," + arg(6) + "::jsonb," + arg(7) + "::bytea," + arg(8) + "::jsonb,0,0," +
-           due + "," + ts(b + 10) + "," + arg(11) + "::text,CASE WHEN " + arg(11) +
-           "::text IS NULL THEN NULL ELSE " + claimed + " END)";
+           due + "," + ts(b + 10) + "," + arg(11) + "::text,(SELECT " + claimed + " WHERE " +
+           arg(11) + "::text IS NOT NULL))";
   }
   return sql;
 }

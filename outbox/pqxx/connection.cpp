@@ -23,12 +23,12 @@ class PqxxConnection final : public sql::Connection {
   using sql::Connection::query;
 
   std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
-    track_savepoints(sql);
+    track_statement(sql);
     return static_cast<std::int64_t>(run(sql, params).affected_rows());
   }
 
   std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
-    track_savepoints(sql);
+    track_statement(sql);
     const pqxx::result res = run(sql, params);
     std::vector<sql::Row> rows;
     rows.reserve(res.size());

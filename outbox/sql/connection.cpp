@@ -1,65 +1,59 @@
 #include "outbox/sql/connection.hpp"
 
+#include <array>
 #include <cctype>
 
 namespace outbox::sql {
 namespace {
 
-// True when `sql` starts (after blanks) with the words `prefix` (upper case), case-insensitively.
-bool starts_with_words(std::string_view sql, std::string_view prefix) {
-  std::size_t i = 0;
-  while (i < sql.size() && std::isspace(static_cast<unsigned char>(sql[i])) != 0) {
-    ++i;
-  }
-  std::size_t k = 0;
-  for (; k < prefix.size(); ++i) {
-    if (i >= sql.size()) {
-      return false;
-    }
-    const auto c = static_cast<unsigned char>(sql[i]);
-    if (prefix[k] == ' ') {
-      if (std::isspace(c) == 0) {
-        return false;
-      }
-      while (i + 1 < sql.size() && std::isspace(static_cast<unsigned char>(sql[i + 1])) != 0) {
-        ++i;
-      }
-      ++k;
-      continue;
-    }
-    if (std::toupper(c) != prefix[k]) {
-      return false;
-    }
-    ++k;
-  }
-  return i >= sql.size() || std::isalnum(static_cast<unsigned char>(sql[i])) == 0;
+// Words that start, end or partly undo a transaction in some engine's SQL. Matched as whole
+// words anywhere in a statement (comments, several statements in one text and procedure calls
+// included): a false match only costs a check after commit, a missed one could deliver an event
+// whose row was undone.
+constexpr std::array<std::string_view, 13> kControlWords = {
+    "SAVEPOINT", "ROLLBACK", "COMMIT",  "RELEASE", "BEGIN", "START", "END",
+    "ABORT",     "CHAIN",    "PREPARE", "EXECUTE", "CALL",  "XA"};
+
+bool is_word_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_';
 }
 
-// Savepoints named by outbox::Savepoint keep their callbacks in step themselves.
-bool ours(std::string_view sql) {
-  auto upper = std::string(sql.substr(0, 64));
-  for (auto& c : upper) {
-    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+bool is_control_word(std::string_view word) {
+  if (word.size() < 2 || word.size() > 9) {
+    return false;
   }
-  return upper.find("OUTBOX_SP_") != std::string::npos;
+  char upper[9];
+  for (std::size_t i = 0; i < word.size(); ++i) {
+    upper[i] = static_cast<char>(std::toupper(static_cast<unsigned char>(word[i])));
+  }
+  const std::string_view w(upper, word.size());
+  for (const auto k : kControlWords) {
+    if (w == k) {
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
 
-void Connection::track_savepoints(std::string_view sql) noexcept {
-  if (starts_with_words(sql, "SAVEPOINT")) {
-    if (!ours(sql)) {
-      ++raw_savepoints_;
+void Connection::track_statement(std::string_view sql) noexcept {
+  if (suspect_) {
+    return;
+  }
+  std::size_t i = 0;
+  while (i < sql.size()) {
+    if (!is_word_char(sql[i])) {
+      ++i;
+      continue;
     }
-  } else if (starts_with_words(sql, "RELEASE")) {
-    if (!ours(sql) && raw_savepoints_ > 0) {
-      --raw_savepoints_;
+    const std::size_t start = i;
+    while (i < sql.size() && is_word_char(sql[i])) {
+      ++i;
     }
-  } else if (starts_with_words(sql, "COMMIT") || starts_with_words(sql, "ROLLBACK") ||
-             starts_with_words(sql, "BEGIN") || starts_with_words(sql, "START TRANSACTION")) {
-    // ROLLBACK TO keeps the savepoint open; a plain ROLLBACK ends them all.
-    if (!starts_with_words(sql, "ROLLBACK TO")) {
-      raw_savepoints_ = 0;
+    if (is_control_word(sql.substr(start, i - start))) {
+      suspect_ = true;
+      return;
     }
   }
 }

@@ -11,6 +11,11 @@
 
 #include "outbox/sql/value.hpp"
 
+namespace outbox {
+class Savepoint;
+class ExternalTransaction;
+}  // namespace outbox
+
 namespace outbox::sql {
 
 /// One database connection. Not thread-safe: one thread at a time. Errors throw outbox::StoreError.
@@ -34,10 +39,11 @@ class Connection {
   virtual std::string_view dialect() const = 0;
   /// True when the link to the server is lost; a pool then discards the connection.
   virtual bool is_broken() const { return false; }
-  /// SQL SAVEPOINTs run through this connection (execute/query) that may still be open in the
-  /// current transaction (outbox::Savepoint's own excepted). OutboxWriter refuses to write while
-  /// one is: a ROLLBACK TO it would undo the row while the hot path still delivered the event.
-  int raw_savepoints() const noexcept { return raw_savepoints_; }
+  /// True when a statement run through execute()/query() since the transaction began could have
+  /// undone or ended part of it: its text holds a transaction-control word (SAVEPOINT, ROLLBACK,
+  /// COMMIT, RELEASE, BEGIN, START, END, ABORT, CHAIN, PREPARE, EXECUTE, CALL, XA). OutboxWriter
+  /// then checks after commit that each event's row exists before the hot path delivers it.
+  bool transaction_suspect() const noexcept { return suspect_; }
 
   std::int64_t execute(std::string_view sql, std::initializer_list<Value> params = {}) {
     return execute(sql, std::span<const Value>(params.begin(), params.size()));
@@ -47,13 +53,16 @@ class Connection {
   }
 
  protected:
-  /// Drivers call this with every statement text they run, and with in_transaction() after
-  /// begin/commit/rollback, to keep raw_savepoints() current.
-  void track_savepoints(std::string_view sql) noexcept;
-  void reset_savepoints() noexcept { raw_savepoints_ = 0; }
+  /// Drivers call this with every statement text they run, and reset_suspect() in begin().
+  void track_statement(std::string_view sql) noexcept;
+  void reset_suspect() noexcept { suspect_ = false; }
 
  private:
-  int raw_savepoints_ = 0;
+  // Savepoint runs its own statements without making the transaction suspect (it keeps the
+  // outbox in step itself); ExternalTransaction starts a fresh transaction on a wrapped handle.
+  friend class outbox::Savepoint;
+  friend class outbox::ExternalTransaction;
+  bool suspect_ = false;
 };
 
 class ConnectionPool;

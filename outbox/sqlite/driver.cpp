@@ -33,7 +33,7 @@ class SqliteConnection final : public sql::Connection {
   using sql::Connection::query;
 
   std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
-    track_savepoints(sql);
+    track_statement(sql);
     Statement st(*this, sql, params);
     for (;;) {
       int rc = sqlite3_step(st.stmt);
@@ -48,7 +48,7 @@ class SqliteConnection final : public sql::Connection {
   }
 
   std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
-    track_savepoints(sql);
+    track_statement(sql);
     Statement st(*this, sql, params);
     std::vector<sql::Row> rows;
     for (;;) {
@@ -71,13 +71,12 @@ class SqliteConnection final : public sql::Connection {
   }
 
   void begin() override {
-    reset_savepoints();
+    reset_suspect();
     simple("BEGIN IMMEDIATE");
     begun_ = true;
     ended_by_error_ = false;
   }
   void commit() override {
-    reset_savepoints();
     const bool begun = std::exchange(begun_, false);
     if (begun && sqlite3_get_autocommit(db_) != 0) {
       throw StoreError(ended_by_error_
@@ -90,7 +89,6 @@ class SqliteConnection final : public sql::Connection {
     simple("COMMIT");
   }
   void rollback() override {
-    reset_savepoints();
     const bool begun = std::exchange(begun_, false);
     if (begun && sqlite3_get_autocommit(db_) != 0) {
       if (ended_by_error_) {
