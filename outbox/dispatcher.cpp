@@ -107,14 +107,18 @@ bool OutboxDispatcher::enqueue_cold(QueuedEvent event) {
 }
 
 bool OutboxDispatcher::reserve(std::string_view event_id) {
+  return reserve(event_id, std::chrono::steady_clock::now());
+}
+
+bool OutboxDispatcher::reserve(std::string_view event_id,
+                               std::chrono::steady_clock::time_point claimed_at) {
   std::lock_guard lock(queue_mutex_);
   if (!options_.in_flight_tracker->try_acquire(event_id)) {
     return false;
   }
   if (!options_.claim_owner.empty()) {
-    // The row was inserted claimed just now; its lease runs from here, however long the
-    // transaction stays open.
-    reserved_at_.insert_or_assign(std::string(event_id), std::chrono::steady_clock::now());
+    // The row's lease runs from its insert, however long the transaction stays open.
+    reserved_at_.insert_or_assign(std::string(event_id), claimed_at);
   }
   return true;
 }
@@ -386,8 +390,7 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
         lock.unlock();
         // Closing: this row and every later one stay pending, to be delivered in order after a
         // restart.
-        drop_queued();
-        finish(event.event_id());
+        drop_queued(event.event_id());
         return;
       }
     }
@@ -472,10 +475,22 @@ bool takes_hot_path(const EventEnvelope& e) {
 }
 }  // namespace
 
+namespace {
+// When the current thread's write began: the database stamps the claim when the insert statement
+// starts, which may be long before it returns (a lock wait, a large batch), so the lease is counted
+// from before the statement was sent.
+thread_local std::chrono::steady_clock::time_point tls_write_began;
+}  // namespace
+
+std::vector<EventEnvelope> DispatcherWriterHook::before_write(std::vector<EventEnvelope> events) {
+  tls_write_began = std::chrono::steady_clock::now();
+  return events;
+}
+
 void DispatcherWriterHook::after_write(const std::vector<EventEnvelope>& events) {
   for (const auto& e : events) {
     if (takes_hot_path(e)) {
-      dispatcher_.reserve(e.event_id());
+      dispatcher_.reserve(e.event_id(), tls_write_began);
     }
   }
 }

@@ -114,6 +114,9 @@ class OutboxDispatcher {
   /// committed row before the after-commit hook runs leaves it to the hot path. False if it is
   /// already tracked. Pair with enqueue_hot(…, true) or release_reservation().
   bool reserve(std::string_view event_id);
+  /// reserve() for a row inserted claimed by this node, whose claim was stamped no earlier than
+  /// `claimed_at` (taken before the insert statement was sent).
+  bool reserve(std::string_view event_id, std::chrono::steady_clock::time_point claimed_at);
   /// Drops a reservation (the transaction rolled back).
   void release_reservation(std::string_view event_id);
   /// Events dropped unprocessed because their claim may have expired (see claim_timeout).
@@ -153,7 +156,7 @@ class OutboxDispatcher {
   /// Writes the row's new status; false (logged, counted) when it could not be written.
   bool write_outcome(const QueuedEvent& queued, Outcome outcome, std::chrono::milliseconds delay,
                      const std::string& message, bool count_attempt);
-  void drop_queued();
+  void drop_queued(const std::string& head_id);
   EnqueueResult enqueue(QueuedEvent event, bool hot, bool reserved);
 
   Options options_;
@@ -203,6 +206,7 @@ class DispatcherWriterHook final : public WriterHook {
   DispatcherWriterHook(OutboxDispatcher& dispatcher, std::shared_ptr<MetricsExporter> metrics,
                        std::string lock_owner = {});
   std::string_view lock_owner() const override { return lock_owner_; }
+  std::vector<EventEnvelope> before_write(std::vector<EventEnvelope> events) override;
   void after_write(const std::vector<EventEnvelope>& events) override;
   void after_commit(const std::vector<EventEnvelope>& events) override;
   void after_rollback(const std::vector<EventEnvelope>& events) override;

@@ -84,12 +84,9 @@ void OutboxDispatcher::complete(QueuedEvent& queued, std::exception_ptr error) {
   }
   const bool written = write_outcome(queued, outcome, delay, message, count_attempt);
   if (!written && options_.ordered) {
-    drop_queued();
-  }
-  finish(event.event_id());
-  if (!written && options_.ordered) {
-    std::lock_guard lock(queue_mutex_);
-    scans_invalid_before_ = completion_seq_;
+    drop_queued(event.event_id());
+  } else {
+    finish(event.event_id());
   }
   switch (outcome) {
     case Outcome::Done:
@@ -165,22 +162,28 @@ bool OutboxDispatcher::write_outcome(const QueuedEvent& queued, Outcome outcome,
   }
 }
 
-void OutboxDispatcher::drop_queued() {
-  std::vector<std::string> dropped;
-  {
-    std::lock_guard lock(queue_mutex_);
-    for (auto* queue : {&hot_, &cold_}) {
-      for (auto& e : *queue) {
-        dropped.push_back(e.envelope.event_id());
-      }
-      queue->clear();
+void OutboxDispatcher::drop_queued(const std::string& head_id) {
+  // One lock hold: the head event and every queued one are released, and every poll cycle begun
+  // so far is invalidated together, so no cycle can slip a later event in before the head's
+  // redelivery (neither one that read the queue before, nor one that starts in between).
+  std::lock_guard lock(queue_mutex_);
+  auto release = [&](const std::string& id) {
+    running_.erase(id);
+    ++completion_seq_;
+    if (!active_scans_.empty()) {
+      completed_log_.emplace_back(completion_seq_, id);
+      completed_ids_.insert(id);
     }
+    options_.in_flight_tracker->release(id);
+  };
+  for (auto* queue : {&hot_, &cold_}) {
+    for (auto& e : *queue) {
+      release(e.envelope.event_id());
+    }
+    queue->clear();
   }
-  // Recorded as completions, so a poll cycle that read them before the drop does not queue them
-  // again ahead of the event whose status could not be written.
-  for (const auto& id : dropped) {
-    finish(id);
-  }
+  release(head_id);
+  scans_invalid_before_ = completion_seq_;
 }
 
 void OutboxDispatcher::heartbeat_loop() {
@@ -219,8 +222,10 @@ void OutboxDispatcher::heartbeat_loop() {
           borrowed.emplace(options_.connection_provider->acquire());
         }
         sql::Connection& conn = own ? *own : borrowed->get();
+        std::vector<std::string> renewed_ids;
         try {
-          options_.store->renew_claims(conn, options_.claim_owner, ids, options_.clock->now());
+          renewed_ids =
+              options_.store->renew_claims(conn, options_.claim_owner, ids, options_.clock->now());
         } catch (...) {
           own.reset();  // opened again at the next beat
           throw;
@@ -230,7 +235,9 @@ void OutboxDispatcher::heartbeat_loop() {
           // the queued events keep their old claim time (and are dropped when it lapses).
           throw std::runtime_error("renewal took longer than a quarter lease");
         }
-        std::unordered_set<std::string> renewed(ids.begin(), ids.end());
+        // Only the rows really renewed: one skipped (locked right now) or taken by another node
+        // keeps its old claim time here and is dropped if that lapses.
+        std::unordered_set<std::string> renewed(renewed_ids.begin(), renewed_ids.end());
         std::lock_guard lock(queue_mutex_);
         for (auto* queue : {&hot_, &cold_}) {
           for (auto& e : *queue) {

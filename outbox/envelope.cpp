@@ -212,6 +212,11 @@ EventEnvelope EventEnvelope::Builder::build() {
   if (deliver_after_ && deliver_after_->count() <= 0) {
     throw std::invalid_argument("EventEnvelope: deliver_after must be positive");
   }
+  // Beyond this, occurred_at + delay overflows the clock and the event would be due at once.
+  constexpr std::chrono::hours kMaxDeliverAfter{24 * 365 * 100};
+  if (deliver_after_ && *deliver_after_ > kMaxDeliverAfter) {
+    throw std::invalid_argument("EventEnvelope: deliver_after must be at most 100 years");
+  }
   auto data = std::make_shared<Data>();
   data->event_id = event_id_ ? std::move(*event_id_) : new_ulid();
   data->event_type = type_.name();

@@ -132,6 +132,12 @@ TEST(EventEnvelope, DelayedDeliveryMistakes) {
                    .build(),
                std::invalid_argument);
   EXPECT_THROW(base().deliver_after(std::chrono::seconds(0)).build(), std::invalid_argument);
+  // Found breaking issue 9: occurred_at + a huge delay overflowed and the event was due at once.
+  EXPECT_THROW(base().deliver_after(std::chrono::microseconds::max()).build(),
+               std::invalid_argument);
+  EXPECT_THROW(base().deliver_after(std::chrono::hours(24 * 365 * 300)).build(),
+               std::invalid_argument);
+  EXPECT_NO_THROW(base().deliver_after(std::chrono::hours(24 * 365 * 10)).build());
   EXPECT_THROW(base().deliver_after(std::chrono::seconds(-5)).build(), std::invalid_argument);
   EXPECT_THROW(base().available_at(t0 - std::chrono::seconds(1)).build(), std::invalid_argument);
 }

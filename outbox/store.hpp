@@ -116,9 +116,11 @@ class OutboxStore {
                         std::string_view error, bool count_attempt = true,
                         std::string_view owner = {}) = 0;
   /// Sets locked_at = now on those of `event_ids` that `owner` still holds claimed and pending
-  /// (a heartbeat: rows waiting in a node's queue keep their claim). Returns rows renewed.
-  virtual int renew_claims(sql::Connection& conn, std::string_view owner,
-                           const std::vector<std::string>& event_ids, Timestamp now) = 0;
+  /// (a heartbeat: rows waiting in a node's queue keep their claim); rows locked by a statement
+  /// right now may be skipped. Returns the ids renewed.
+  virtual std::vector<std::string> renew_claims(sql::Connection& conn, std::string_view owner,
+                                                const std::vector<std::string>& event_ids,
+                                                Timestamp now) = 0;
   /// NEW/RETRY rows due at `now` and created at or before now - skip_recent, oldest first; with
   /// `after`, only rows ordered after that key (a keyset page: the scan skips the rows before it).
   virtual std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,

@@ -142,6 +142,9 @@ void Savepoint::rollback() {
   const std::size_t at = position("rollback");
   auto* frame = frame_;
   run(*frame->connection, "ROLLBACK TO SAVEPOINT " + name_);
+  // Another context sharing this connection may have written since the mark too: its events
+  // are checked after commit.
+  frame->connection->suspect_ = true;
   const auto mark = frame->savepoints[at];
   frame->savepoints.pop_back();
   frame_ = nullptr;
@@ -262,7 +265,6 @@ void Transaction::finish(bool committed) noexcept {
 ExternalTransaction::ExternalTransaction(ThreadLocalTxContext& context, sql::Connection& connection)
     : context_(&context), frame_(std::make_unique<ThreadLocalTxContext::Frame>()) {
   frame_->connection = &connection;
-  connection.suspect_ = false;  // a new transaction of the caller's
   context_->bind(frame_.get());
 }
 

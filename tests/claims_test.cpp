@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <map>
 #include <mutex>
 
@@ -206,6 +207,162 @@ TEST_P(Claims, ARunningEventKeepsItsClaimWhileThePoolIsExhausted) {
   b.close();
   std::lock_guard lock(mutex);
   EXPECT_EQ(deliveries, (std::vector<std::string>{"node-a"}));
+}
+
+// Found breaking issue 9: the heartbeat took every id it sent as renewed, though the renewal skips
+// rows locked right now; a queued event whose row another session held locked kept a fresh claim
+// time in the node while its claim ran out in the table, and both nodes delivered it.
+TEST_P(Claims, AQueuedEventWhoseRenewalWasSkippedIsNotDeliveredTwice) {
+  const bool pg = GetParam().name == "postgres";
+  std::mutex mutex;
+  std::map<std::string, std::vector<std::string>> deliveries;
+  std::atomic<bool> slow_started{false};
+  auto registry = [&](const std::string& name) {
+    auto listeners = std::make_shared<DefaultListenerRegistry>();
+    listeners->register_listener(EventType::of("Work"), [&, name](const EventEnvelope& e) {
+      {
+        std::lock_guard lock(mutex);
+        deliveries[e.event_id()].push_back(name);
+      }
+      if (e.event_id() == event(10).event_id()) {
+        slow_started = true;
+        // Slow work, several leases long (the queued event waits behind it).
+        std::this_thread::sleep_for(1500ms);
+      }
+    });
+    return listeners;
+  };
+  auto slow = event(10);
+  auto queued = event(11);
+  auto context = std::make_shared<ThreadLocalTxContext>();
+  auto pool_a = make_pool();
+  auto a = Outbox::multi_node({.connection_provider = pool_a,
+                               .tx_context = context,
+                               .store = store_,
+                               .listeners = registry("node-a"),
+                               .poll_interval = 30ms,
+                               .worker_count = 1,
+                               .claim_locking = ClaimLocking{"node-a", 400ms}});
+  {
+    TransactionManager tm(pool_a, context);
+    auto txn = tm.begin();
+    a.writer().write_all({slow, queued});  // node A's hot path takes both
+    txn.commit();
+  }
+  ASSERT_TRUE(testing::wait_until([&] { return slow_started.load(); }));
+  {
+    // Another session holds the queued row locked for two and a half leases.
+    auto locker = make_pool();
+    auto conn = locker->acquire();
+    conn->begin();
+    conn->query(
+        "SELECT event_id FROM " + table_ + " WHERE event_id = " + (pg ? "$1" : "?") + " FOR UPDATE",
+        {sql::TextRef{queued.event_id()}});
+    auto b = Outbox::multi_node({.connection_provider = make_pool(),
+                                 .tx_context = std::make_shared<ThreadLocalTxContext>(),
+                                 .store = store_,
+                                 .listeners = registry("node-b"),
+                                 .poll_interval = 5ms,
+                                 .worker_count = 1,
+                                 .claim_locking = ClaimLocking{"node-b", 400ms}});
+    const auto until = std::chrono::steady_clock::now() + 1000ms;
+    testing::wait_until([&] { return std::chrono::steady_clock::now() >= until; }, 5s);
+    conn->rollback();
+    ASSERT_TRUE(testing::wait_until([&] { return count(EventStatus::Done) == 2; }));
+    b.close();
+  }
+  a.close();
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(deliveries[queued.event_id()].size(), 1u);
+  EXPECT_EQ(deliveries[slow.event_id()].size(), 1u);
+}
+
+// Found breaking issue 9: a row's claim is stamped when the insert statement starts, but the node
+// counted the lease from when the write returned; a large batch (or a lock wait) in between let
+// another node claim rows that the writing node's hot path delivered too.
+TEST_P(Claims, ALargeWriteDoesNotHandOutRowsItsHotPathDelivers) {
+  std::mutex mutex;
+  std::map<std::string, int> deliveries;
+  auto registry = [&] {
+    auto listeners = std::make_shared<DefaultListenerRegistry>();
+    listeners->register_listener(EventType::of("Work"), [&](const EventEnvelope& e) {
+      std::lock_guard lock(mutex);
+      ++deliveries[e.event_id()];
+    });
+    return listeners;
+  };
+  auto context = std::make_shared<ThreadLocalTxContext>();
+  auto pool_a = make_pool();
+  auto a = Outbox::multi_node({.connection_provider = pool_a,
+                               .tx_context = context,
+                               .store = store_,
+                               .listeners = registry(),
+                               .poll_interval = 20ms,
+                               .hot_queue_capacity = 5000,
+                               .claim_locking = ClaimLocking{"node-a", 300ms}});
+  auto b = Outbox::multi_node({.connection_provider = make_pool(),
+                               .tx_context = std::make_shared<ThreadLocalTxContext>(),
+                               .store = store_,
+                               .listeners = registry(),
+                               .poll_interval = 20ms,
+                               .claim_locking = ClaimLocking{"node-b", 300ms}});
+  constexpr int kEvents = 3000;
+  {
+    TransactionManager tm(pool_a, context);
+    auto txn = tm.begin();
+    std::vector<EventEnvelope> events;
+    const std::string payload = "{\"pad\":\"" + std::string(8000, 'x') + "\"}";
+    for (int i = 0; i < kEvents; ++i) {
+      events.push_back(EventEnvelope::builder(EventType::of("Work")).payload_json(payload).build());
+    }
+    a.writer().write_all(std::move(events));
+    txn.commit();
+  }
+  ASSERT_TRUE(testing::wait_until([&] { return count(EventStatus::Done) == kEvents; }, 120s));
+  a.close();
+  b.close();
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(deliveries.size(), static_cast<std::size_t>(kEvents));
+  int twice = 0;
+  for (const auto& [id, n] : deliveries) {
+    twice += n > 1 ? 1 : 0;
+  }
+  EXPECT_EQ(twice, 0);
+}
+
+// Found breaking issue 9: on PostgreSQL the status purger's conditions stood only in its
+// sub-select; a DEAD row replayed while the DELETE waited for its lock was deleted anyway, a
+// pending event lost.
+TEST_P(Claims, APurgeNeverDeletesARowReplayedMeanwhile) {
+  const auto e = event(20);
+  store_->insert_new(*pool_->acquire(), e);
+  const auto long_ago = std::chrono::system_clock::now() - 30 * 24h;
+  store_->mark_dead(*pool_->acquire(), e.event_id(), long_ago, "gave up");
+  auto replayer = pool_->acquire();
+  replayer->begin();
+  ASSERT_EQ(store_->replay_dead(*replayer, e.event_id(), std::chrono::system_clock::now()), 1);
+  auto purge = std::async(std::launch::async, [&] {
+    auto purger =
+        GetParam().name == "postgres"
+            ? std::shared_ptr<EventPurger>(std::make_shared<postgres::PostgresEventPurger>(table_))
+            : std::shared_ptr<EventPurger>(std::make_shared<mysql::MySqlEventPurger>(table_));
+    auto conn = make_pool()->acquire();
+    return purger->purge(*conn, std::chrono::system_clock::now(), 500);
+  });
+  // Let the DELETE reach the row lock where the engine makes it wait (PostgreSQL does; the
+  // result must hold whether it waits or not, so the wait is bounded and not asserted).
+  const std::string waiting =
+      GetParam().name == "postgres"
+          ? "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE "
+            "'DELETE FROM " +
+                table_ + "%'"
+          : "SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'";
+  testing::wait_until([&] { return pool_->acquire()->query(waiting).at(0).get_int(0) > 0; }, 3s);
+  replayer->commit();
+  EXPECT_EQ(purge.get(), 0);
+  auto row = store_->find(*pool_->acquire(), e.event_id());
+  ASSERT_TRUE(row) << "a replayed, pending event was purged";
+  EXPECT_EQ(row->status, EventStatus::New);
 }
 
 // Issue 9 item 8: a node whose claim expired and was taken over must not overwrite the new

@@ -547,8 +547,14 @@ TEST_F(DispatcherTest, OrderedDropRefusesWhatAnEarlierScanStillHandsOver) {
     std::lock_guard lock(m);
     return seen.size() == 1;
   }));
-  gate.open();  // e1's DONE write is refused: the queue is dropped
-  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().status_update_failure == 1; }));
+  gate.open();  // e1's DONE write is refused: the queue is dropped and e1 released
+  ASSERT_TRUE(wait_until([&] {
+    if (d.reserve("e1")) {
+      d.release_reservation("e1");
+      return true;
+    }
+    return false;
+  }));
   EXPECT_EQ(d.try_enqueue_cold(QueuedEvent{e2, QueuedEvent::Source::Cold, 0, {}, early}),
             OutboxDispatcher::EnqueueResult::Refused);
   d.end_scan(early);

@@ -320,6 +320,10 @@ TEST_P(TransactionSafety, PlainSqlSavepointsAndRollbacksNeverDeliverUndoneEvents
     cases.push_back({"and-chain", {}, {"ROLLBACK AND CHAIN"}});
   }
   if (my) {
+    // Versioned comments are run by MariaDB: the version digits glue to the keyword.
+    cases.push_back({"versioned-comment", {"/*!50000SAVEPOINT*/ a"}, {"/*!50000ROLLBACK*/ TO a"}});
+    cases.push_back(
+        {"mariadb-comment", {"/*M!100000SAVEPOINT a*/"}, {"/*M!100000ROLLBACK TO a*/"}});
     cases.push_back({"completion-chain",
                      {"SET SESSION completion_type = 'CHAIN'"},
                      {"ROLLBACK", "SET SESSION completion_type = 'NO_CHAIN'"}});
@@ -352,6 +356,64 @@ TEST_P(TransactionSafety, PlainSqlSavepointsAndRollbacksNeverDeliverUndoneEvents
     EXPECT_EQ(hook_->committed().count(id), 0u) << c.name << ": an undone event was delivered";
   }
   expect_consistent(ids);
+}
+
+// Found breaking issue 9: two writers with contexts of their own sharing one transaction. An
+// ExternalTransaction cleared the connection's suspicion raised by the first context's plain
+// savepoint, and a Savepoint of one context rolled back the other's rows without it knowing.
+TEST_P(TransactionSafety, ContextsSharingAConnectionCannotHideAnUndo) {
+  auto other_hook = std::make_shared<RecordingHook>();
+  auto other_context = std::make_shared<ThreadLocalTxContext>();
+  OutboxWriter other(other_context, store_, other_hook);
+  auto event = [](const std::string& id) {
+    return EventEnvelope::builder(EventType::of("T")).event_id(id).payload_json("{}").build();
+  };
+  {
+    auto txn = tx_->begin();
+    auto& c = txn.connection();
+    c.execute("SAVEPOINT a");
+    write("ctx-e1");
+    c.execute("ROLLBACK TO SAVEPOINT a");
+    ExternalTransaction ext(*other_context, c);
+    other.write(event("ctx-f1"));
+    txn.commit();
+    ext.committed();
+  }
+  {
+    auto txn = tx_->begin();
+    ExternalTransaction ext(*other_context, txn.connection());
+    auto sp = ext.savepoint();
+    write("ctx-e2");  // the first context's event, inside the other context's savepoint
+    sp.rollback();
+    txn.commit();
+    ext.committed();
+  }
+  expect_consistent({"ctx-e1", "ctx-e2"});
+  EXPECT_EQ(hook_->committed().count("ctx-e1"), 0u);
+  EXPECT_EQ(hook_->committed().count("ctx-e2"), 0u);
+  EXPECT_EQ(other_hook->committed().count("ctx-f1"), 1u);
+}
+
+// Found breaking issue 9: a session left with autocommit off, or with COMMIT chaining a new
+// transaction, went back to the pool; the DONE marks written on it later were rolled back when it
+// was returned again, so events were delivered forever. Such sessions are discarded.
+TEST_P(TransactionSafety, AlteredSessionsAreNotReused) {
+  if (engine_ != "mysql") {
+    GTEST_SKIP() << "MariaDB session settings";
+  }
+  auto single = mysql::make_pool(*GetParam().url(), 1);
+  for (const std::string set : {"SET autocommit = 0", "SET SESSION completion_type = 'CHAIN'"}) {
+    {
+      TransactionManager tm(single, context_);
+      auto txn = tm.begin();
+      txn.connection().execute(set);
+      txn.commit();
+    }
+    auto conn = single->acquire();
+    EXPECT_EQ(conn->query("SELECT @@autocommit").at(0).get_int(0), 1) << set;
+    EXPECT_EQ(conn->query("SELECT @@completion_type").at(0).get_text(0), "NO_CHAIN") << set;
+    EXPECT_FALSE(conn->in_transaction()) << set;
+  }
 }
 
 // An ordinary transaction is not suspect: the check after commit costs nothing there.

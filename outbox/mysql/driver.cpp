@@ -175,6 +175,13 @@ class MyConnection final : public sql::Connection {
     return (status & SERVER_STATUS_IN_TRANS) != 0;
   }
   std::string_view dialect() const override { return "mysql"; }
+  bool session_reusable() const override {
+    unsigned int status = 0;
+    if (mariadb_get_infov(conn_, MARIADB_CONNECTION_SERVER_STATUS, &status) != 0) {
+      return false;
+    }
+    return (status & SERVER_STATUS_AUTOCOMMIT) != 0;
+  }
   bool is_broken() const override { return broken_; }
 
  private:

@@ -263,19 +263,52 @@ int MySqlOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_id
   return to_int(q.execute(conn));
 }
 
-int MySqlOutboxStore::renew_claims(sql::Connection& conn, std::string_view owner,
-                                   const std::vector<std::string>& event_ids, Timestamp now) {
-  int renewed = 0;
-  for (std::size_t i = 0; i < event_ids.size(); i += kIdChunk) {
-    const std::size_t n = std::min(kIdChunk, event_ids.size() - i);
-    Query q(options_.use_database_clock);
-    q.sql("UPDATE " + options_.table + " SET locked_at = ")
-        .now(now)
-        .sql(" WHERE event_id IN ")
-        .ids(event_ids, i, n)
-        .sql(" AND status IN (0, 2) AND locked_by = ")
-        .param(TextRef{owner});
-    renewed += to_int(q.execute(conn));
+std::vector<std::string> MySqlOutboxStore::renew_claims(sql::Connection& conn,
+                                                        std::string_view owner,
+                                                        const std::vector<std::string>& event_ids,
+                                                        Timestamp now) {
+  std::vector<std::string> renewed;
+  const bool own_tx = !conn.in_transaction();
+  if (own_tx) {
+    conn.begin();
+  }
+  try {
+    for (std::size_t i = 0; i < event_ids.size(); i += kIdChunk) {
+      const std::size_t n = std::min(kIdChunk, event_ids.size() - i);
+      // Which rows this owner still holds, skipping rows a statement holds locked right now.
+      Query pick(options_.use_database_clock);
+      pick.sql("SELECT event_id FROM " + options_.table + " WHERE event_id IN ")
+          .ids(event_ids, i, n)
+          .sql(" AND status IN (0, 2) AND locked_by = ")
+          .param(TextRef{owner})
+          .sql(" FOR UPDATE SKIP LOCKED");
+      std::vector<std::string> held;
+      for (const auto& row : pick.query(conn)) {
+        held.push_back(row.get_text(0));
+      }
+      if (held.empty()) {
+        continue;
+      }
+      Query stamp(options_.use_database_clock);
+      stamp.sql("UPDATE " + options_.table + " SET locked_at = ")
+          .now(now)
+          .sql(" WHERE event_id IN ")
+          .ids(held, 0, held.size());
+      stamp.execute(conn);
+      renewed.insert(renewed.end(), held.begin(), held.end());
+    }
+    if (own_tx) {
+      conn.commit();
+    }
+  } catch (...) {
+    if (own_tx && conn.in_transaction()) {
+      try {
+        conn.rollback();
+      } catch (const std::exception&) {
+        // The original error is the one worth reporting.
+      }
+    }
+    throw;
   }
   return renewed;
 }

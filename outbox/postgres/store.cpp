@@ -269,10 +269,11 @@ int PostgresOutboxStore::mark_dead(sql::Connection& conn, std::string_view event
   return to_int(conn.execute(sql, params));
 }
 
-int PostgresOutboxStore::renew_claims(sql::Connection& conn, std::string_view owner,
-                                      const std::vector<std::string>& event_ids, Timestamp now) {
+std::vector<std::string> PostgresOutboxStore::renew_claims(
+    sql::Connection& conn, std::string_view owner, const std::vector<std::string>& event_ids,
+    Timestamp now) {
   if (event_ids.empty()) {
-    return 0;
+    return {};
   }
   // Rows locked right now (a DONE batch, a status write) are being finished: skip them rather
   // than wait, since two multi-row updates locking rows in different orders would deadlock.
@@ -280,12 +281,17 @@ int PostgresOutboxStore::renew_claims(sql::Connection& conn, std::string_view ow
                           " WHERE event_id = ANY($1::text[]) AND locked_by = $2 AND "
                           "status IN (0, 2) FOR UPDATE SKIP LOCKED) UPDATE " +
                           options_.table + " o SET locked_at = " + now_sql(3) +
-                          " FROM c WHERE o.event_id = c.event_id";
+                          " FROM c WHERE o.event_id = c.event_id RETURNING o.event_id";
   const std::string ids = text_array(event_ids);
-  if (options_.use_database_clock) {
-    return to_int(conn.execute(sql, {TextRef{ids}, TextRef{owner}}));
+  std::vector<sql::Value> params = {TextRef{ids}, TextRef{owner}};
+  if (!options_.use_database_clock) {
+    params.emplace_back(to_micros(now));
   }
-  return to_int(conn.execute(sql, {TextRef{ids}, TextRef{owner}, to_micros(now)}));
+  std::vector<std::string> renewed;
+  for (const auto& row : conn.query(sql, params)) {
+    renewed.push_back(row.get_text(0));
+  }
+  return renewed;
 }
 
 std::vector<OutboxEvent> PostgresOutboxStore::poll_pending(sql::Connection& conn, Timestamp now,
@@ -401,9 +407,13 @@ PostgresEventPurger::PostgresEventPurger(std::string table) : table_(std::move(t
 
 int PostgresEventPurger::purge(sql::Connection& conn, Timestamp before, int limit) {
   return to_int(
+      // The conditions stand in the DELETE too, not only in the sub-select: a row replayed (or
+      // otherwise changed) while the DELETE waits for its lock is re-checked against them.
       conn.execute("DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " + table_ +
                        " WHERE status IN (1, 3) AND COALESCE(done_at, created_at) < " + ts(1) +
-                       " AND (status = 1 OR done_at IS NOT NULL) ORDER BY created_at LIMIT $2)",
+                       " AND (status = 1 OR done_at IS NOT NULL) ORDER BY created_at LIMIT $2)" +
+                       " AND status IN (1, 3) AND COALESCE(done_at, created_at) < " + ts(1) +
+                       " AND (status = 1 OR done_at IS NOT NULL)",
                    {to_micros(before), std::int64_t{limit}}));
 }
 
@@ -415,7 +425,8 @@ int PostgresAgeBasedPurger::purge(sql::Connection& conn, Timestamp before, int l
   return to_int(conn.execute("DELETE FROM " + table_ + " WHERE event_id IN (SELECT event_id FROM " +
                                  table_ + " WHERE created_at < " + ts(1) +
                                  " AND NOT (status IN (0, 2) AND locked_by IS NOT NULL)"
-                                 " ORDER BY created_at LIMIT $2)",
+                                 " ORDER BY created_at LIMIT $2)"
+                                 " AND NOT (status IN (0, 2) AND locked_by IS NOT NULL)",
                              {to_micros(before), std::int64_t{limit}}));
 }
 

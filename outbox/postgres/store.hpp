@@ -48,8 +48,9 @@ class PostgresOutboxStore final : public OutboxStore {
   int mark_dead(sql::Connection& conn, std::string_view event_id, Timestamp now,
                 std::string_view error, bool count_attempt = true,
                 std::string_view owner = {}) override;
-  int renew_claims(sql::Connection& conn, std::string_view owner,
-                   const std::vector<std::string>& event_ids, Timestamp now) override;
+  std::vector<std::string> renew_claims(sql::Connection& conn, std::string_view owner,
+                                        const std::vector<std::string>& event_ids,
+                                        Timestamp now) override;
   std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
                                         std::chrono::microseconds skip_recent, int limit,
                                         const PendingKey* after = nullptr) override;

@@ -51,7 +51,12 @@ void Connection::track_statement(std::string_view sql) noexcept {
     while (i < sql.size() && is_word_char(sql[i])) {
       ++i;
     }
-    if (is_control_word(sql.substr(start, i - start))) {
+    // MariaDB runs /*!50000ROLLBACK*/ (a versioned comment): the version glues to the word.
+    std::size_t word = start;
+    while (word < i && std::isdigit(static_cast<unsigned char>(sql[word])) != 0) {
+      ++word;
+    }
+    if (is_control_word(sql.substr(word, i - word))) {
       suspect_ = true;
       return;
     }

@@ -13,7 +13,6 @@
 
 namespace outbox {
 class Savepoint;
-class ExternalTransaction;
 }  // namespace outbox
 
 namespace outbox::sql {
@@ -39,6 +38,9 @@ class Connection {
   virtual std::string_view dialect() const = 0;
   /// True when the link to the server is lost; a pool then discards the connection.
   virtual bool is_broken() const { return false; }
+  /// False when the session was changed in a way the next borrower would not expect (MariaDB:
+  /// autocommit switched off); a pool then discards the connection.
+  virtual bool session_reusable() const { return true; }
   /// True when a statement run through execute()/query() since the transaction began could have
   /// undone or ended part of it: its text holds a transaction-control word (SAVEPOINT, ROLLBACK,
   /// COMMIT, RELEASE, BEGIN, START, END, ABORT, CHAIN, PREPARE, EXECUTE, CALL, XA). OutboxWriter
@@ -53,15 +55,16 @@ class Connection {
   }
 
  protected:
-  /// Drivers call this with every statement text they run, and reset_suspect() in begin().
+  /// Drivers call this with every statement text they run, and reset_suspect() in begin() (a
+  /// wrapped caller-owned handle, whose transactions do not begin here, stays suspect once marked:
+  /// that costs a check after each commit, never a missed undo).
   void track_statement(std::string_view sql) noexcept;
   void reset_suspect() noexcept { suspect_ = false; }
 
  private:
-  // Savepoint runs its own statements without making the transaction suspect (it keeps the
-  // outbox in step itself); ExternalTransaction starts a fresh transaction on a wrapped handle.
+  // Savepoint runs its own statements without making the transaction suspect (it keeps its own
+  // frame's callbacks in step, and marks the connection when it rolls back).
   friend class outbox::Savepoint;
-  friend class outbox::ExternalTransaction;
   bool suspect_ = false;
 };
 

@@ -46,7 +46,10 @@ void PooledConnection::release() noexcept {
     }
   }
   if (releaser_) {
-    const bool broken = broken_ || conn_->is_broken();
+    // A session left in a transaction (a chained COMMIT/ROLLBACK) or with autocommit off would
+    // swallow the next borrower's status writes into a transaction that is never committed.
+    const bool broken =
+        broken_ || conn_->is_broken() || conn_->in_transaction() || !conn_->session_reusable();
     releaser_(owner_, std::move(conn_), broken);
   }
   conn_.reset();

@@ -207,9 +207,11 @@ int SqliteOutboxStore::mark_dead(sql::Connection& conn, std::string_view event_i
                                     TextRef{event_id}, to_micros(now), TextRef{owner}}));
 }
 
-int SqliteOutboxStore::renew_claims(sql::Connection& conn, std::string_view owner,
-                                    const std::vector<std::string>& event_ids, Timestamp now) {
-  int renewed = 0;
+std::vector<std::string> SqliteOutboxStore::renew_claims(sql::Connection& conn,
+                                                         std::string_view owner,
+                                                         const std::vector<std::string>& event_ids,
+                                                         Timestamp now) {
+  std::vector<std::string> renewed;
   for (std::size_t i = 0; i < event_ids.size(); i += kIdChunk) {
     const std::size_t n = std::min(kIdChunk, event_ids.size() - i);
     std::vector<Value> params;
@@ -219,11 +221,13 @@ int SqliteOutboxStore::renew_claims(sql::Connection& conn, std::string_view owne
     for (std::size_t k = 0; k < n; ++k) {
       params.emplace_back(TextRef{event_ids[i + k]});
     }
-    renewed += static_cast<int>(conn.execute("UPDATE " + table_ +
-                                                 " SET locked_at = ? WHERE locked_by = ? AND "
-                                                 "status IN (0, 2) AND event_id IN (" +
-                                                 internal::question_marks(n) + ")",
-                                             params));
+    for (const auto& row : conn.query("UPDATE " + table_ +
+                                          " SET locked_at = ? WHERE locked_by = ? AND "
+                                          "status IN (0, 2) AND event_id IN (" +
+                                          internal::question_marks(n) + ") RETURNING event_id",
+                                      params)) {
+      renewed.push_back(row.get_text(0));
+    }
   }
   return renewed;
 }

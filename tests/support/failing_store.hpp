@@ -52,8 +52,9 @@ class FailingDoneStore final : public OutboxStore {
                 bool count, std::string_view o) override {
     return inner_->mark_dead(c, id, now, e, count, o);
   }
-  int renew_claims(sql::Connection& c, std::string_view o, const std::vector<std::string>& ids,
-                   Timestamp now) override {
+  std::vector<std::string> renew_claims(sql::Connection& c, std::string_view o,
+                                        const std::vector<std::string>& ids,
+                                        Timestamp now) override {
     return inner_->renew_claims(c, o, ids, now);
   }
   std::vector<OutboxEvent> poll_pending(sql::Connection& c, Timestamp now,
