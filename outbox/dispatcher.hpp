@@ -148,6 +148,7 @@ class OutboxDispatcher {
   std::exception_ptr run_before(const EventEnvelope& event);
   void complete(QueuedEvent& queued, std::exception_ptr error);
   void finish(const std::string& event_id);
+  void finish_locked(const std::string& event_id);  // queue_mutex_ held
   void complete_done(std::string event_id);
   void flusher_loop();
   void heartbeat_loop();

@@ -167,22 +167,13 @@ void OutboxDispatcher::drop_queued(const std::string& head_id) {
   // so far is invalidated together, so no cycle can slip a later event in before the head's
   // redelivery (neither one that read the queue before, nor one that starts in between).
   std::lock_guard lock(queue_mutex_);
-  auto release = [&](const std::string& id) {
-    running_.erase(id);
-    ++completion_seq_;
-    if (!active_scans_.empty()) {
-      completed_log_.emplace_back(completion_seq_, id);
-      completed_ids_.insert(id);
-    }
-    options_.in_flight_tracker->release(id);
-  };
   for (auto* queue : {&hot_, &cold_}) {
     for (auto& e : *queue) {
-      release(e.envelope.event_id());
+      finish_locked(e.envelope.event_id());
     }
     queue->clear();
   }
-  release(head_id);
+  finish_locked(head_id);
   scans_invalid_before_ = completion_seq_;
 }
 
@@ -333,6 +324,10 @@ void OutboxDispatcher::flusher_loop() {
 
 void OutboxDispatcher::finish(const std::string& event_id) {
   std::lock_guard lock(queue_mutex_);
+  finish_locked(event_id);
+}
+
+void OutboxDispatcher::finish_locked(const std::string& event_id) {
   running_.erase(event_id);
   ++completion_seq_;
   if (!active_scans_.empty()) {

@@ -21,6 +21,7 @@
 #include "outbox/store.hpp"
 #include "outbox/transaction.hpp"
 #include "outbox/writer.hpp"
+#include "tests/support/engines.hpp"
 #include "tests/support/servers.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -59,14 +60,7 @@ class RecordingHook final : public WriterHook {
   std::set<std::string> rolled_back_;
 };
 
-struct Engine {
-  std::string name;
-  std::function<std::optional<std::string>()> url;
-};
-
-std::ostream& operator<<(std::ostream& os, const Engine& e) {
-  return os << e.name;
-}
+using testing::Engine;
 
 class TransactionSafety : public ::testing::TestWithParam<Engine> {
  protected:
@@ -481,12 +475,7 @@ TEST_P(TransactionSafety, DelaysAndClaimsCountFromTheWriteNotTheTransactionStart
   EXPECT_GE(*row->locked_at, written_at - 1ms);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Engines, TransactionSafety,
-    ::testing::Values(Engine{"sqlite", [] { return std::optional<std::string>(""); }},
-                      Engine{"postgres", [] { return testing::env("OUTBOX_TEST_PG_URL"); }},
-                      Engine{"mysql", [] { return testing::env("OUTBOX_TEST_MYSQL_URL"); }}),
-    [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Engines, TransactionSafety, testing::all_engines(), testing::engine_name);
 
 }  // namespace
 }  // namespace outbox

@@ -93,6 +93,32 @@ int to_int(std::int64_t n) {
   return static_cast<int>(n);
 }
 
+// Runs `work` in a transaction of its own unless the caller has one open: row locks taken with
+// FOR UPDATE SKIP LOCKED must last until the rows are updated.
+template <typename Work>
+auto in_own_transaction(sql::Connection& conn, Work&& work) {
+  const bool own_tx = !conn.in_transaction();
+  if (own_tx) {
+    conn.begin();
+  }
+  try {
+    auto result = work();
+    if (own_tx) {
+      conn.commit();
+    }
+    return result;
+  } catch (...) {
+    if (own_tx && conn.in_transaction()) {
+      try {
+        conn.rollback();
+      } catch (const std::exception&) {
+        // The original error is the one worth reporting.
+      }
+    }
+    throw;
+  }
+}
+
 }  // namespace
 
 void create_schema(sql::Connection& conn, const std::string& table) {
@@ -267,12 +293,8 @@ std::vector<std::string> MySqlOutboxStore::renew_claims(sql::Connection& conn,
                                                         std::string_view owner,
                                                         const std::vector<std::string>& event_ids,
                                                         Timestamp now) {
-  std::vector<std::string> renewed;
-  const bool own_tx = !conn.in_transaction();
-  if (own_tx) {
-    conn.begin();
-  }
-  try {
+  return in_own_transaction(conn, [&] {
+    std::vector<std::string> renewed;
     for (std::size_t i = 0; i < event_ids.size(); i += kIdChunk) {
       const std::size_t n = std::min(kIdChunk, event_ids.size() - i);
       // Which rows this owner still holds, skipping rows a statement holds locked right now.
@@ -297,20 +319,8 @@ std::vector<std::string> MySqlOutboxStore::renew_claims(sql::Connection& conn,
       stamp.execute(conn);
       renewed.insert(renewed.end(), held.begin(), held.end());
     }
-    if (own_tx) {
-      conn.commit();
-    }
-  } catch (...) {
-    if (own_tx && conn.in_transaction()) {
-      try {
-        conn.rollback();
-      } catch (const std::exception&) {
-        // The original error is the one worth reporting.
-      }
-    }
-    throw;
-  }
-  return renewed;
+    return renewed;
+  });
 }
 
 namespace {
@@ -353,11 +363,7 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
                                                          std::chrono::milliseconds lock_timeout,
                                                          std::chrono::microseconds skip_recent,
                                                          int limit, const PendingKey* after) {
-  const bool own_tx = !conn.in_transaction();
-  if (own_tx) {
-    conn.begin();
-  }
-  try {
+  return in_own_transaction(conn, [&] {
     // Lock the oldest claimable rows, skipping rows other nodes hold locked right now.
     Query pick(options_.use_database_clock);
     pick.sql("SELECT event_id FROM " + options_.table + " WHERE pending_at IS NOT NULL AND " +
@@ -402,20 +408,8 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
           .sql(" ORDER BY created_at, event_id");
       events = internal::events_from_rows(read.query(conn));
     }
-    if (own_tx) {
-      conn.commit();
-    }
     return events;
-  } catch (...) {
-    if (own_tx && conn.in_transaction()) {
-      try {
-        conn.rollback();
-      } catch (const std::exception&) {
-        // The original error is the one worth reporting.
-      }
-    }
-    throw;
-  }
+  });
 }
 
 std::vector<OutboxEvent> MySqlOutboxStore::query_dead(
