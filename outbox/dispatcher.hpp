@@ -91,10 +91,10 @@ class OutboxDispatcher {
     /// lease when a worker takes it (the heartbeat could not renew it) is dropped unprocessed,
     /// since another node may take it, and left in the table.
     std::chrono::milliseconds claim_timeout{0};
-    /// Ordered mode (one worker): DONE is written before the next event starts; a RetryLater holds
-    /// the worker and retries the event in place after its delay (at least 100 ms), so no later
-    /// event overtakes it;
-    /// a status write that fails drops the queued events, which the poller reads again in order.
+    /// Ordered mode (worker_count and max_batch_size 1): DONE is written before the next event
+    /// starts; a RetryLater holds the worker and retries the event in place after its delay (at
+    /// least 100 ms), so no later event overtakes it; a status write that fails drops the queued
+    /// events, which the poller reads again in order.
     bool ordered = false;
   };
 
