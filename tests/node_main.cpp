@@ -138,7 +138,10 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  outbox::set_log_level(outbox::LogLevel::Error);
+  // OUTBOX_TEST_NODE_WARNINGS=1 shows warnings too (claims dropped, renewals failed).
+  const char* warnings = std::getenv("OUTBOX_TEST_NODE_WARNINGS");
+  outbox::set_log_level(warnings != nullptr && *warnings == '1' ? outbox::LogLevel::Warning
+                                                                : outbox::LogLevel::Error);
   try {
     return run(argc, argv);
   } catch (const std::exception& e) {
