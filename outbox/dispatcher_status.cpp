@@ -294,8 +294,17 @@ void OutboxDispatcher::flusher_loop() {
       // in it is delivered again, so it is worth two more tries on a healthy connection.
       for (int attempt = 1;; ++attempt) {
         try {
-          options_.store->mark_done_batch(*conn, batch, options_.clock->now(),
-                                          options_.claim_owner);
+          const int marked = options_.store->mark_done_batch(*conn, batch, options_.clock->now(),
+                                                             options_.claim_owner);
+          if (!options_.claim_owner.empty() && marked < static_cast<int>(batch.size())) {
+            // Rows another node claimed meanwhile (this node's lease ran out while it worked):
+            // that node delivers them too.
+            log(LogLevel::Warning,
+                "OutboxDispatcher: " +
+                    std::to_string(batch.size() - static_cast<std::size_t>(marked)) +
+                    " delivered events were no longer pending under the claim of " +
+                    options_.claim_owner + " when marked DONE");
+          }
           break;
         } catch (const StoreError& e) {
           const bool transient = e.sqlstate() == "40P01" || e.sqlstate() == "40001";
