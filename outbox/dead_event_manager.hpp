@@ -1,5 +1,5 @@
 #pragma once
-// Connection-managed facade over the dead-event store methods (spec §18.3).
+// Connection-managed facade over the dead-event store methods.
 
 #include <memory>
 #include <optional>
@@ -16,7 +16,7 @@ class ConnectionProvider;
 }
 
 /// Queries, counts and replays DEAD events. Database errors are logged and reported as the empty
-/// result (spec §18.4), never thrown. Thread-safe.
+/// result, never thrown. Thread-safe.
 class DeadEventManager {
  public:
   /// Throws std::invalid_argument on a null provider or store.

@@ -1,6 +1,5 @@
 #pragma once
-// Hot and cold bounded queues drained by a worker pool that runs listeners and writes the outcome
-// (spec §9).
+// Hot and cold bounded queues drained by a worker pool that runs listeners and writes the outcome.
 
 #include <chrono>
 #include <condition_variable>
@@ -33,7 +32,7 @@ class RetryPolicy;
 class MetricsExporter;
 class EventInterceptor;
 
-/// A queue element (spec §9.8).
+/// A queue element.
 struct QueuedEvent {
   enum class Source { Hot, Cold };
   EventEnvelope envelope;

@@ -1,5 +1,5 @@
 #pragma once
-// The event as written and delivered (spec §5): immutable, cheap to copy, payload shared.
+// The event as written and delivered: immutable, cheap to copy, payload shared.
 
 #include <chrono>
 #include <cstddef>

@@ -1,5 +1,5 @@
 #pragma once
-// Type-safe event and aggregate type names (spec §6). Any enum E with an ADL-visible
+// Type-safe event and aggregate type names. Any enum E with an ADL-visible
 // `std::string_view outbox_name(E)` converts implicitly to EventType and AggregateType.
 
 #include <concepts>

@@ -1,5 +1,5 @@
 #pragma once
-// In-memory deduplication of events queued or being processed in this process (spec §9.9).
+// In-memory deduplication of events queued or being processed in this process.
 
 #include <chrono>
 #include <memory>

@@ -1,5 +1,5 @@
 #pragma once
-// Cross-cutting hooks around each dispatch (spec §9.5).
+// Cross-cutting hooks around each dispatch.
 
 #include <exception>
 #include <functional>

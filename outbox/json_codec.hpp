@@ -1,5 +1,5 @@
 #pragma once
-// Encoding of the headers column (spec §3.4): a flat JSON object of string values.
+// Encoding of the headers column: a flat JSON object of string values.
 
 #include <map>
 #include <optional>

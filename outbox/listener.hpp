@@ -1,5 +1,5 @@
 #pragma once
-// Listeners and their routing (spec §11).
+// Listeners and their routing.
 
 #include <exception>
 #include <functional>

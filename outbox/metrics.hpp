@@ -1,5 +1,5 @@
 #pragma once
-// Observability seam (spec §15).
+// Observability seam.
 
 #include <atomic>
 #include <cstdint>

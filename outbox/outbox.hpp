@@ -1,5 +1,5 @@
 #pragma once
-// The composite that wires writer, dispatcher, poller and purge for the common set-ups (spec §20).
+// The composite that wires writer, dispatcher, poller and purge for the common set-ups.
 
 #include <chrono>
 #include <memory>
@@ -27,7 +27,7 @@ class EventPurger;
 class OutboxDispatcher;
 class OutboxPurgeScheduler;
 
-/// Owns the running components; close() (or the destructor) stops them in spec §20.4 order:
+/// Owns the running components; close() (or the destructor) stops them in this order:
 /// purge, poller, dispatcher (which drains). Move-only; close() is thread-safe.
 class Outbox {
  public:

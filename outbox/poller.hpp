@@ -1,5 +1,5 @@
 #pragma once
-// Low-frequency fallback scan of the outbox table (spec §10).
+// Low-frequency fallback scan of the outbox table.
 
 #include <atomic>
 #include <chrono>
@@ -25,7 +25,7 @@ class MetricsExporter;
 class JsonCodec;
 class OutboxDispatcher;
 
-/// Receives the events a poll cycle found (spec §10.5). Implementations must be thread-safe.
+/// Receives the events a poll cycle found. Implementations must be thread-safe.
 class OutboxPollerHandler {
  public:
   virtual ~OutboxPollerHandler() = default;

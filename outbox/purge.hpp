@@ -1,5 +1,5 @@
 #pragma once
-// Deletion of old rows (spec §17).
+// Deletion of old rows.
 
 #include <chrono>
 #include <condition_variable>

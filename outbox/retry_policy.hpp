@@ -1,5 +1,5 @@
 #pragma once
-// Delay before the next attempt of a failed event (spec §12).
+// Delay before the next attempt of a failed event.
 
 #include <chrono>
 #include <mutex>

@@ -1,5 +1,5 @@
 #pragma once
-// The storage SPI (spec §8, §18.2): one implementation per SQL dialect.
+// The storage SPI: one implementation per SQL dialect.
 
 #include <algorithm>
 #include <chrono>
@@ -17,7 +17,7 @@ namespace sql {
 class Connection;
 }
 
-/// Row status (spec §4.2).
+/// Row status.
 enum class EventStatus { New = 0, Done = 1, Retry = 2, Dead = 3 };
 
 /// Name of a status ("NEW", "DONE", "RETRY", "DEAD").

@@ -1,6 +1,5 @@
 #pragma once
-// Manual transactions: ThreadLocalTxContext + TransactionManager (spec §3.3,
-// JdbcTransactionManager).
+// Manual transactions: ThreadLocalTxContext + TransactionManager.
 
 #include <functional>
 #include <memory>

@@ -1,5 +1,5 @@
 #pragma once
-// Transaction lifecycle seam (spec §3.1): how the writer finds the caller's transaction.
+// Transaction lifecycle seam: how the writer finds the caller's transaction.
 
 #include <functional>
 

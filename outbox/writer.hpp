@@ -1,5 +1,5 @@
 #pragma once
-// The API business code calls inside its transaction (spec §7).
+// The API business code calls inside its transaction.
 
 #include <memory>
 #include <optional>
@@ -14,7 +14,7 @@ namespace outbox {
 class TxContext;
 class OutboxStore;
 
-/// Lifecycle hook around writes (spec §7.2). Implementations must be thread-safe.
+/// Lifecycle hook around writes. Implementations must be thread-safe.
 class WriterHook {
  public:
   virtual ~WriterHook() = default;

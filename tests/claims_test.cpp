@@ -211,6 +211,7 @@ TEST_P(Claims, AQueuedEventWhoseRenewalWasSkippedIsNotDeliveredTwice) {
   std::mutex mutex;
   std::map<std::string, std::vector<std::string>> deliveries;
   std::atomic<bool> slow_started{false};
+  std::atomic<bool> slow_done{false};
   auto registry = [&](const std::string& name) {
     auto listeners = std::make_shared<DefaultListenerRegistry>();
     listeners->register_listener(EventType::of("Work"), [&, name](const EventEnvelope& e) {
@@ -220,8 +221,8 @@ TEST_P(Claims, AQueuedEventWhoseRenewalWasSkippedIsNotDeliveredTwice) {
       }
       if (e.event_id() == event(10).event_id()) {
         slow_started = true;
-        // Slow work, several leases long (the queued event waits behind it).
-        std::this_thread::sleep_for(1500ms);
+        // Slow work, several leases long, ended by the test (the queued event waits behind it).
+        testing::wait_until([&] { return slow_done.load(); }, 30s);
       }
     });
     return listeners;
@@ -259,9 +260,16 @@ TEST_P(Claims, AQueuedEventWhoseRenewalWasSkippedIsNotDeliveredTwice) {
                                  .poll_interval = 5ms,
                                  .worker_count = 1,
                                  .claim_locking = ClaimLocking{"node-b", 400ms}});
-    const auto until = std::chrono::steady_clock::now() + 1000ms;
-    testing::wait_until([&] { return std::chrono::steady_clock::now() >= until; }, 5s);
+    // The fault: the lock stays for two and a half leases; then the slow work goes on for one
+    // more lease, time enough for node B to take the queued row if its claim had run out.
+    auto hold = [](std::chrono::milliseconds d) {
+      const auto until = std::chrono::steady_clock::now() + d;
+      testing::wait_until([&] { return std::chrono::steady_clock::now() >= until; }, d + 1s);
+    };
+    hold(1000ms);
     conn->rollback();
+    hold(500ms);
+    slow_done = true;
     ASSERT_TRUE(testing::wait_until([&] { return count(EventStatus::Done) == 2; }));
     b.close();
   }

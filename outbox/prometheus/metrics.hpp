@@ -1,6 +1,6 @@
 #pragma once
-// MetricsExporter for Prometheus (prometheus-cpp): spec §15 counters and gauges, publisher results
-// and publish latency, rendered in the text exposition format.
+// MetricsExporter for Prometheus (prometheus-cpp): the outbox counters and gauges, publisher
+// results and publish latency, rendered in the text exposition format.
 
 #include <chrono>
 #include <memory>

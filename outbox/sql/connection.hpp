@@ -98,7 +98,7 @@ class PooledConnection {
   bool broken_ = false;
 };
 
-/// Hands out short-lived connections outside business transactions (spec §3.2). Thread-safe.
+/// Hands out short-lived connections outside business transactions. Thread-safe.
 class ConnectionProvider {
  public:
   virtual ~ConnectionProvider() = default;
