@@ -19,6 +19,10 @@ class Clock {
   static std::shared_ptr<Clock> system();
 };
 
+/// The longest duration any option accepts (3650 days): beyond it, arithmetic with nanosecond
+/// time points would wrap (a retention that wraps deletes everything, a wait that wraps spins).
+inline constexpr std::chrono::milliseconds kMaxDuration{std::chrono::hours(24 * 3650)};
+
 /// Microseconds since the Unix epoch, the unit timestamps are stored in.
 inline std::int64_t to_micros(Timestamp t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();

@@ -1,4 +1,5 @@
 #include "outbox/dispatcher.hpp"
+#include "outbox/clock.hpp"
 
 #include <algorithm>
 #include <optional>
@@ -43,8 +44,8 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   if (options_.cold_queue_capacity < 1) {
     throw std::invalid_argument("OutboxDispatcher: cold_queue_capacity must be >= 1");
   }
-  if (options_.drain_timeout.count() < 0) {
-    throw std::invalid_argument("OutboxDispatcher: drain_timeout must not be negative");
+  if (options_.drain_timeout.count() < 0 || options_.drain_timeout > kMaxDuration) {
+    throw std::invalid_argument("OutboxDispatcher: drain_timeout must be between 0 and 3650 days");
   }
   if (options_.done_batch_window.count() < 0) {
     throw std::invalid_argument("OutboxDispatcher: done_batch_window must not be negative");
@@ -55,8 +56,8 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   if (options_.max_batch_size < 1) {
     throw std::invalid_argument("OutboxDispatcher: max_batch_size must be >= 1");
   }
-  if (options_.claim_timeout.count() < 0) {
-    throw std::invalid_argument("OutboxDispatcher: claim_timeout must not be negative");
+  if (options_.claim_timeout.count() < 0 || options_.claim_timeout > kMaxDuration) {
+    throw std::invalid_argument("OutboxDispatcher: claim_timeout must be between 0 and 3650 days");
   }
   if (!options_.claim_owner.empty() && options_.claim_timeout.count() == 0) {
     throw std::invalid_argument(

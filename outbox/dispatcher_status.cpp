@@ -61,7 +61,12 @@ void OutboxDispatcher::complete(QueuedEvent& queued, std::exception_ptr error) {
       outcome = Outcome::Dead;
     } catch (const RetryLater& later) {
       delay = clamp_delay(later.delay());
-      if (!later.count_attempt()) {
+      if (delay.count() <= 0) {
+        // No wait is no hint: without the policy's backoff and a counted attempt, a receiver
+        // answering "Retry-After: 0" would be called in a tight loop forever.
+        outcome = attempts >= options_.max_attempts ? Outcome::Dead : Outcome::Retry;
+        delay = options_.retry_policy->compute_delay(attempts);
+      } else if (!later.count_attempt()) {
         outcome = Outcome::Deferred;
       } else {
         outcome = attempts >= options_.max_attempts ? Outcome::Dead : Outcome::Retry;

@@ -184,9 +184,55 @@ EventEnvelope::Builder& EventEnvelope::Builder::deliver_after(std::chrono::micro
   return *this;
 }
 
+namespace {
+
+std::size_t code_points(std::string_view utf8) {
+  std::size_t n = 0;
+  for (const char c : utf8) {
+    n += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
+  }
+  return n;
+}
+
+// The same limits on every engine: MariaDB's columns are VARCHAR(n) (where a longer value once
+// failed every write, or was cut to a prefix and delivered under two ids) and PostgreSQL's text
+// refuses NUL and invalid UTF-8 that SQLite would keep.
+void check_text(const char* what, std::string_view value, std::size_t max_chars) {
+  if (!valid_utf8(value)) {
+    throw std::invalid_argument(std::string("EventEnvelope: ") + what + " is not valid UTF-8");
+  }
+  if (value.find('\0') != std::string_view::npos) {
+    throw std::invalid_argument(std::string("EventEnvelope: ") + what +
+                                " contains a NUL character");
+  }
+  if (max_chars > 0 && code_points(value) > max_chars) {
+    throw std::invalid_argument(std::string("EventEnvelope: ") + what + " is longer than " +
+                                std::to_string(max_chars) + " characters");
+  }
+}
+
+}  // namespace
+
 EventEnvelope EventEnvelope::Builder::build() {
   if (type_.name().empty()) {
     throw std::invalid_argument("EventEnvelope: event type must not be empty");
+  }
+  if (!stored_) {
+    check_text("event type", type_.name(), kMaxEventTypeChars);
+    if (event_id_) {
+      check_text("event id", *event_id_, kMaxIdChars);
+    }
+    check_text("aggregate type", aggregate_type_.name(), kMaxAggregateTypeChars);
+    if (aggregate_id_) {
+      check_text("aggregate id", *aggregate_id_, kMaxAggregateIdChars);
+    }
+    if (tenant_id_) {
+      check_text("tenant id", *tenant_id_, kMaxIdChars);
+    }
+    for (const auto& [key, value] : headers_) {
+      check_text("header name", key, 0);
+      check_text(("header " + key.substr(0, 64)).c_str(), value, 0);
+    }
   }
   if (event_id_ && event_id_->empty()) {
     throw std::invalid_argument("EventEnvelope: event id must not be empty");

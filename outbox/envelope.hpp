@@ -17,6 +17,8 @@
 
 namespace outbox {
 
+struct OutboxEvent;
+
 /// An immutable event. Copies share the payload and headers; thread-safe to read and copy.
 class EventEnvelope {
  public:
@@ -24,6 +26,13 @@ class EventEnvelope {
 
   /// Largest payload accepted, in bytes of its UTF-8 (JSON) or raw (bytes) form.
   static constexpr std::size_t kMaxPayloadBytes = 1024 * 1024;
+  /// Longest event id and tenant id, in characters (the same on every engine).
+  static constexpr std::size_t kMaxIdChars = 64;
+  /// Longest event type and aggregate id, in characters.
+  static constexpr std::size_t kMaxEventTypeChars = 128;
+  static constexpr std::size_t kMaxAggregateIdChars = 128;
+  /// Longest aggregate type, in characters.
+  static constexpr std::size_t kMaxAggregateTypeChars = 64;
 
   /// Starts a builder for `type`.
   static Builder builder(EventType type);
@@ -91,11 +100,16 @@ class EventEnvelope::Builder {
   /// Delays first delivery by `delay` after occurred_at. Must be positive.
   Builder& deliver_after(std::chrono::microseconds delay);
   /// Validates and builds. Throws std::invalid_argument: empty type or id, no payload or both
-  /// kinds, payload over kMaxPayloadBytes, invalid UTF-8 in a JSON payload, both or bad delivery
-  /// delays.
+  /// kinds, payload over kMaxPayloadBytes, invalid UTF-8 in a JSON payload, ids, types or
+  /// headers that are not UTF-8, contain NUL or pass the kMax*Chars limits, both or bad
+  /// delivery delays.
   EventEnvelope build();
 
  private:
+  // Rows already stored (written by any client) are decoded without the text checks: they are
+  // for what we write, and refusing a stored row would only turn it DEAD.
+  friend EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec);
+  bool stored_ = false;
   EventType type_;
   std::optional<std::string> event_id_;
   std::optional<Timestamp> occurred_at_;

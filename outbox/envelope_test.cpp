@@ -1,4 +1,5 @@
 #include "outbox/envelope.hpp"
+#include "outbox/store.hpp"
 
 #include <gtest/gtest.h>
 
@@ -177,6 +178,62 @@ TEST(Ulid, MonotonicAndUniqueAcrossThreads) {
 TEST(Ulid, FirstCharacterEncodesTopBits) {
   // A ULID made now starts with '0' (timestamps below 2^45 ms until the year 3084 start with 0-7).
   EXPECT_LE(outbox::new_ulid()[0], '7');
+}
+
+}  // namespace
+
+namespace {
+
+outbox::EventEnvelope::Builder base() {
+  return outbox::EventEnvelope::builder(outbox::EventType::of("T")).payload_json("{}");
+}
+
+void expect_refused(outbox::EventEnvelope::Builder b, const std::string& part) {
+  try {
+    b.build();
+    ADD_FAILURE() << "built, expected: " << part;
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(EnvelopeText, TheSameLimitsOnEveryEngineAreCheckedWhenTheEventIsBuilt) {
+  using outbox::EventEnvelope;
+  const std::string nul("a\0b", 3);
+  // PostgreSQL's jsonb refuses \u0000 at insert while SQLite and MariaDB keep it: refused here.
+  expect_refused(base().header("h", nul), "header h contains a NUL");
+  expect_refused(base().header(nul, "v"), "header name contains a NUL");
+  expect_refused(base().header("h", "\xff"), "header h is not valid UTF-8");
+  expect_refused(base().aggregate_id(nul), "aggregate id contains a NUL");
+  expect_refused(base().tenant_id("\xc3"), "tenant id is not valid UTF-8");
+  // MariaDB's VARCHAR limits, in characters, on every engine.
+  expect_refused(base().event_id(std::string(65, 'e')), "event id is longer than 64 characters");
+  expect_refused(base().tenant_id(std::string(65, 't')), "tenant id is longer than 64");
+  expect_refused(base().aggregate_id(std::string(129, 'a')), "aggregate id is longer than 128");
+  expect_refused(
+      EventEnvelope::builder(outbox::EventType::of(std::string(129, 'T'))).payload_json("{}"),
+      "event type is longer than 128");
+  expect_refused(base().aggregate_type(outbox::AggregateType::of(std::string(65, 'A'))),
+                 "aggregate type is longer than 64");
+  // At the limit, counted in characters (é is two bytes), it builds.
+  std::string accented;
+  for (int i = 0; i < 64; ++i) {
+    accented += "\xc3\xa9";
+  }
+  auto e = base().event_id(accented).tenant_id(accented).aggregate_id(accented + accented).build();
+  EXPECT_EQ(e.event_id(), accented);
+}
+
+TEST(EnvelopeText, StoredRowsDecodeWithoutTheWriteChecks) {
+  // A row written by another client (e.g. a 100-character id on PostgreSQL) is still delivered.
+  outbox::OutboxEvent row;
+  row.event_id = std::string(100, 'x');
+  row.event_type = "T";
+  row.aggregate_type = "A";
+  row.payload = "{}";
+  row.payload_is_json = true;
+  const auto e = outbox::to_envelope(row, outbox::JsonCodec::default_codec());
+  EXPECT_EQ(e.event_id(), row.event_id);
 }
 
 }  // namespace

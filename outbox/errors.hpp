@@ -35,7 +35,8 @@ class PermanentFailure : public std::runtime_error {
 /// Thrown by a listener to ask for redelivery after `delay`. With `count_attempt` false (the
 /// default) the attempt counter is left unchanged, so deferring never leads to DEAD; with true it
 /// counts as a failed attempt (RETRY, or DEAD at max attempts) but waits `delay` instead of the
-/// retry policy.
+/// retry policy. A delay of zero or less is no hint: the event fails like any other error
+/// (counted attempt, the retry policy's backoff).
 class RetryLater : public std::runtime_error {
  public:
   explicit RetryLater(std::chrono::milliseconds delay, std::string reason = "retry requested",

@@ -1,4 +1,5 @@
 #include "outbox/poller.hpp"
+#include "outbox/clock.hpp"
 
 #include <algorithm>
 #include <stdexcept>
@@ -55,18 +56,31 @@ OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {
   if (options_.batch_size < 1) {
     throw std::invalid_argument("OutboxPoller: batch_size must be >= 1");
   }
-  if (options_.interval.count() <= 0) {
-    throw std::invalid_argument("OutboxPoller: interval must be positive");
+  if (options_.interval.count() <= 0 || options_.interval > kMaxDuration) {
+    throw std::invalid_argument("OutboxPoller: interval must be positive and at most 3650 days");
   }
-  if (options_.head_rescan_interval.count() < 0) {
-    throw std::invalid_argument("OutboxPoller: head_rescan_interval must not be negative");
+  if (options_.head_rescan_interval.count() < 0 || options_.head_rescan_interval > kMaxDuration) {
+    throw std::invalid_argument(
+        "OutboxPoller: head_rescan_interval must be between 0 and 3650 days");
+  }
+  if (options_.skip_recent > kMaxDuration) {
+    throw std::invalid_argument("OutboxPoller: skip_recent must be at most 3650 days");
   }
   if (options_.claim_locking) {
-    if (options_.claim_locking->lock_timeout.count() <= 0) {
-      throw std::invalid_argument("OutboxPoller: claim_locking.lock_timeout must be positive");
+    const auto lock_timeout = options_.claim_locking->lock_timeout;
+    if (lock_timeout.count() <= 0 || lock_timeout > kMaxDuration) {
+      throw std::invalid_argument(
+          "OutboxPoller: claim_locking.lock_timeout must be positive and at most 3650 days");
     }
     owner_ = options_.claim_locking->owner.empty() ? "poller-" + new_ulid()
                                                    : options_.claim_locking->owner;
+    // locked_by is VARCHAR(128) on MariaDB: a longer owner failed every claim there.
+    if (owner_.size() > ClaimLocking::kMaxOwnerBytes ||
+        owner_.find_first_of(std::string_view("\0", 1)) != std::string::npos) {
+      throw std::invalid_argument("OutboxPoller: claim_locking.owner must be at most " +
+                                  std::to_string(ClaimLocking::kMaxOwnerBytes) +
+                                  " bytes without NUL");
+    }
   }
   if (!options_.metrics) {
     options_.metrics = MetricsExporter::noop();

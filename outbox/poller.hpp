@@ -65,7 +65,9 @@ class DispatcherPollerHandler final : public OutboxPollerHandler {
 
 /// Multi-node claim locking: rows are claimed by `owner` until delivered or `lock_timeout` passes.
 struct ClaimLocking {
-  std::string owner;  ///< unique per process; empty = generated
+  /// Longest owner accepted (the claim column's width on MariaDB).
+  static constexpr std::size_t kMaxOwnerBytes = 128;
+  std::string owner;  ///< unique per process, at most kMaxOwnerBytes; empty = generated
   std::chrono::milliseconds lock_timeout{std::chrono::minutes(5)};  ///< > 0
 };
 

@@ -1,4 +1,5 @@
 #include "outbox/purge.hpp"
+#include "outbox/clock.hpp"
 
 #include <stdexcept>
 
@@ -14,14 +15,15 @@ OutboxPurgeScheduler::OutboxPurgeScheduler(Options options) : options_(std::move
   if (!options_.purger) {
     throw std::invalid_argument("OutboxPurgeScheduler: purger is required");
   }
-  if (options_.retention.count() < 0) {
-    throw std::invalid_argument("OutboxPurgeScheduler: retention must not be negative");
+  if (options_.retention.count() < 0 || options_.retention > kMaxDuration) {
+    throw std::invalid_argument("OutboxPurgeScheduler: retention must be between 0 and 3650 days");
   }
   if (options_.batch_size < 1) {
     throw std::invalid_argument("OutboxPurgeScheduler: batch_size must be >= 1");
   }
-  if (options_.interval.count() <= 0) {
-    throw std::invalid_argument("OutboxPurgeScheduler: interval must be positive");
+  if (options_.interval.count() <= 0 || options_.interval > kMaxDuration) {
+    throw std::invalid_argument(
+        "OutboxPurgeScheduler: interval must be positive and at most 3650 days");
   }
   if (!options_.clock) {
     options_.clock = Clock::system();

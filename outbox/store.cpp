@@ -82,6 +82,7 @@ std::string truncate_error(std::string_view error) {
 
 EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec) {
   auto builder = EventEnvelope::builder(EventType::of(row.event_type));
+  builder.stored_ = true;
   builder.event_id(row.event_id)
       .occurred_at(row.created_at)
       .aggregate_type(AggregateType::of(row.aggregate_type));

@@ -246,6 +246,25 @@ TEST_F(DispatcherTest, RetryLaterDefersWithoutCountingOrCountsWhenAsked) {
   ASSERT_TRUE(wait_status("c1", EventStatus::Dead));
 }
 
+TEST_F(DispatcherTest, RetryLaterWithoutAWaitCountsTheAttemptAndBacksOff) {
+  listeners->register_listener(EventType::of("Now"), [](const EventEnvelope&) {
+    throw RetryLater(std::chrono::milliseconds(0), "again");
+  });
+  listeners->register_listener(EventType::of("Past"), [](const EventEnvelope&) {
+    throw RetryLater(std::chrono::milliseconds(-5000), "again");
+  });
+  OutboxDispatcher d(options());
+  const auto before = std::chrono::system_clock::now();
+  auto now = committed("Now", "n1");
+  d.enqueue_hot(queued(now));
+  auto past = committed("Past", "p1");
+  d.enqueue_hot(queued(past, 2));
+  ASSERT_TRUE(wait_status("p1", EventStatus::Dead));  // the last attempt: DEAD, not forever
+  ASSERT_TRUE(wait_status("n1", EventStatus::Retry));
+  EXPECT_EQ(row("n1")->attempts, 1);
+  EXPECT_GT(row("n1")->available_at, before);  // the retry policy's backoff, not zero
+}
+
 TEST_F(DispatcherTest, InterceptorsRunInOrderAndReverseAndSeeTheError) {
   std::mutex m;
   std::vector<std::string> trace;

@@ -6,8 +6,12 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "outbox/clock.hpp"
 #include "outbox/detect/detect.hpp"
@@ -22,7 +26,8 @@ namespace {
 
 using namespace outbox;
 
-// Exit codes: 0 done, 1 runtime failure (database, network), 2 bad input (usage, configuration).
+// Exit codes: 0 done, 1 runtime failure (database, network; a relay stopped by a second
+// signal), 2 bad input (usage, configuration).
 constexpr int kFailure = 1;
 constexpr int kBadInput = 2;
 
@@ -68,21 +73,53 @@ void install_logging(const std::string& level) {
   });
 }
 
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a signal";
+  }
+}
+
 int run_relay(const std::string& config_path) {
-  // Block the stop signals before any thread starts, so only sigwait below receives them.
+  // Block the stop signals before any thread starts, so only the waits below receive them.
+  // SIGHUP (a closed terminal, a supervisor's reload) stops gracefully too, never abruptly.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   relay::Relay relay(relay::load_config(config_path));
   relay.start();
   int received = 0;
   sigwait(&stop_signals, &received);
-  log(LogLevel::Info,
-      std::string("received ") + (received == SIGINT ? "SIGINT" : "SIGTERM") + ": draining");
-  relay.stop();
+  log(LogLevel::Info, std::string("received ") + signal_name(received) +
+                          ": draining (a second signal exits at once)");
+  std::atomic<bool> stopped{false};
+  std::thread stopper([&] {
+    relay.stop();
+    stopped = true;
+  });
+  // The drain may hang on an unreachable database or broker: a second signal ends the process.
+  const timespec poll_period{0, 50'000'000};
+  while (!stopped) {
+    const int again = sigtimedwait(&stop_signals, nullptr, &poll_period);
+    if (again > 0) {
+      log(LogLevel::Error, std::string("received ") + signal_name(again) +
+                               " again: exiting without draining (claimed events are "
+                               "delivered again after poller.lock_expiry)");
+      std::fflush(nullptr);
+      std::_Exit(kFailure);
+    }
+  }
+  stopper.join();
   return 0;
 }
 
@@ -93,6 +130,9 @@ std::optional<std::string_view> optional_view(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A closed pipe (stdout of the log publisher, a client gone) is an error to handle where it
+  // happens (EPIPE, retried), not a reason to die without draining.
+  std::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"outbox: transactional-outbox relay and operator tools"};
   app.require_subcommand(1);
   std::string log_level = "info";
@@ -101,7 +141,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   std::string config_path;
-  auto* relay_cmd = app.add_subcommand("relay", "run the relay until SIGTERM/SIGINT, then drain");
+  auto* relay_cmd =
+      app.add_subcommand("relay", "run the relay until SIGTERM, SIGINT or SIGHUP, then drain");
   relay_cmd->add_option("--config,-c", config_path, "relay configuration file (TOML)")->required();
 
   DbOptions migrate_db;
@@ -201,9 +242,16 @@ int main(int argc, char** argv) {
         std::printf("replayed %zu\n", replay_ids.size() - static_cast<std::size_t>(missing));
         return missing == 0 ? 0 : kFailure;
       }
-      const int n = relay::replay_all_dead(*conn, *store, optional_view(dead_type),
-                                           optional_view(dead_aggregate), Clock::system()->now());
-      std::printf("replayed %d\n", n);
+      const auto r = relay::replay_all_dead(*conn, *store, optional_view(dead_type),
+                                            optional_view(dead_aggregate), Clock::system()->now());
+      std::printf("replayed %d\n", r.replayed);
+      if (r.skipped > 0) {
+        std::printf("skipped %d (no longer DEAD)\n", r.skipped);
+      }
+      if (r.more) {
+        std::printf("more DEAD events remain (at most %d per run): run again\n",
+                    relay::kReplayAllLimit);
+      }
       return 0;
     }
     if (purge_cmd->parsed()) {

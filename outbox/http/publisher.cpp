@@ -179,7 +179,8 @@ struct SList {
 // Longest Retry-After honoured: a receiver asking for more still gets called back within this.
 constexpr std::chrono::seconds kMaxRetryAfter{3600};
 
-// Retry-After as delta-seconds or an HTTP date (RFC 9110 §10.2.3); nullopt when absent or bad.
+// Retry-After as delta-seconds or an HTTP date (RFC 9110 §10.2.3); nullopt when absent, bad,
+// zero or in the past (then the normal backoff applies and the attempt counts).
 std::optional<std::chrono::milliseconds> parse_retry_after(const std::string& value) {
   if (value.empty()) {
     return std::nullopt;
@@ -193,6 +194,9 @@ std::optional<std::chrono::milliseconds> parse_retry_after(const std::string& va
       return std::nullopt;
     }
     delay = std::chrono::seconds(std::max<time_t>(0, at - std::time(nullptr)));
+  }
+  if (delay.count() <= 0) {
+    return std::nullopt;
   }
   return std::min<std::chrono::milliseconds>(delay, kMaxRetryAfter);
 }

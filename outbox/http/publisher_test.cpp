@@ -385,6 +385,10 @@ TEST(HttpPublisher, RetryAfterIsReportedInSecondsOrAsAnHttpDate) {
       res.set_header("Retry-After", "99999999999");
     } else if (r.path == "/garbage") {
       res.set_header("Retry-After", "soon");
+    } else if (r.path == "/zero") {
+      res.set_header("Retry-After", "0");
+    } else if (r.path == "/past") {
+      res.set_header("Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT");
     }
   });
   HttpPublisher publisher({});
@@ -399,6 +403,9 @@ TEST(HttpPublisher, RetryAfterIsReportedInSecondsOrAsAnHttpDate) {
   EXPECT_LE(*dated.retry_after, std::chrono::seconds(120));
   EXPECT_EQ(result("/huge").retry_after, std::chrono::hours(1));
   EXPECT_EQ(result("/garbage").retry_after, std::nullopt);
+  // Zero or past is no hint (it once meant an immediate retry, forever, never counted).
+  EXPECT_EQ(result("/zero").retry_after, std::nullopt);
+  EXPECT_EQ(result("/past").retry_after, std::nullopt);
   EXPECT_EQ(result("/none").retry_after, std::nullopt);
   EXPECT_EQ(result("/none").kind, Kind::Retriable);
 }

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "outbox/errors.hpp"
+#include "outbox/internal/redact.hpp"
 
 namespace outbox::mysql {
 namespace {
@@ -370,11 +371,11 @@ ConnectOptions parse_url(const std::string& url, const char* password_env) {
     }
   }
   if (rest.empty()) {
-    throw std::invalid_argument("not a mysql:// or mariadb:// URL: " + url);
+    throw std::invalid_argument("not a mysql:// or mariadb:// URL: " + internal::redact_url(url));
   }
   const auto slash = rest.find('/');
   if (slash == std::string::npos || slash + 1 == rest.size()) {
-    throw std::invalid_argument("the URL names no database: " + url);
+    throw std::invalid_argument("the URL names no database: " + internal::redact_url(url));
   }
   o.database = rest.substr(slash + 1);
   std::string authority = rest.substr(0, slash);
@@ -395,12 +396,12 @@ ConnectOptions parse_url(const std::string& url, const char* password_env) {
     char* end = nullptr;
     const long p = std::strtol(port.c_str(), &end, 10);
     if (port.empty() || *end != '\0' || p <= 0 || p > 65535) {
-      throw std::invalid_argument("bad port in URL: " + url);
+      throw std::invalid_argument("bad port in URL: " + internal::redact_url(url));
     }
     o.port = static_cast<unsigned>(p);
   }
   if (o.host.empty()) {
-    throw std::invalid_argument("the URL names no host: " + url);
+    throw std::invalid_argument("the URL names no host: " + internal::redact_url(url));
   }
   if (o.password.empty() && password_env != nullptr) {
     if (const char* p = std::getenv(password_env)) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "outbox/errors.hpp"
+#include "outbox/internal/redact.hpp"
 
 namespace outbox::postgres {
 namespace {
@@ -285,7 +286,7 @@ std::unique_ptr<sql::Connection> connect(const std::string& conninfo) {
     throw StoreError("postgres: out of memory creating a connection");
   }
   if (PQstatus(conn) != CONNECTION_OK) {
-    std::string msg = PQerrorMessage(conn);
+    std::string msg = internal::redact_secrets(PQerrorMessage(conn), conninfo);
     PQfinish(conn);
     while (!msg.empty() && msg.back() == '\n') {
       msg.pop_back();

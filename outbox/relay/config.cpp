@@ -12,6 +12,12 @@
 namespace outbox::relay {
 namespace {
 
+using std::chrono::days;
+using std::chrono::hours;
+using std::chrono::milliseconds;
+using std::chrono::minutes;
+using std::chrono::seconds;
+
 std::string place(const std::string& source, const toml::source_region& where) {
   return source + ":" + std::to_string(where.begin.line) + ":" +
          std::to_string(where.begin.column) + ": ";
@@ -77,7 +83,9 @@ class TableReader {
     }
     out = **node->as_boolean();
   }
-  void duration(const std::string& key, std::chrono::milliseconds& out, bool allow_zero = false) {
+  // Reads a duration bounded to [min, max]; the error names the bounds.
+  void duration(const std::string& key, std::chrono::milliseconds& out,
+                std::chrono::milliseconds min, std::chrono::milliseconds max) {
     const toml::node* node = get(key);
     if (node == nullptr) {
       return;
@@ -86,12 +94,13 @@ class TableReader {
       fail(*node, key_name(key) + " must be a duration string such as \"500ms\", \"30s\", \"5m\"");
     }
     try {
-      out = parse_duration(**node->as_string());
+      out = parse_duration(expand(*node, **node->as_string()));
     } catch (const std::invalid_argument& e) {
       fail(*node, key_name(key) + ": " + e.what());
     }
-    if (!allow_zero && out.count() == 0) {
-      fail(*node, key_name(key) + " must be greater than zero");
+    if (out < min || out > max) {
+      fail(*node, key_name(key) + " must be between " + format_duration(min) + " and " +
+                      format_duration(max));
     }
   }
   void string_map(const std::string& key, std::map<std::string, std::string>& out) {
@@ -183,7 +192,7 @@ PublisherConfig read_publisher(const std::string& name, const toml::table& table
       r.fail("publishers." + name + ".brokers is required for a kafka publisher");
     }
     r.string_map("properties", p.properties);
-    r.duration("delivery_timeout", p.delivery_timeout);
+    r.duration("delivery_timeout", p.delivery_timeout, milliseconds(1), hours(1));
   } else if (*type == "http") {
     p.type = PublisherConfig::Type::Http;
     if (auto mode = r.string("mode")) {
@@ -194,8 +203,8 @@ PublisherConfig read_publisher(const std::string& name, const toml::table& table
     }
     r.integer("batch_size", p.batch_size, 1, 10000);
     r.string("bearer_token", p.bearer_token);
-    r.duration("connect_timeout", p.connect_timeout);
-    r.duration("request_timeout", p.request_timeout);
+    r.duration("connect_timeout", p.connect_timeout, milliseconds(1), hours(1));
+    r.duration("request_timeout", p.request_timeout, milliseconds(1), hours(1));
     r.string("hmac_secret", p.hmac_secret);
     r.string("signature_header", p.signature_header);
     r.string_map("headers", p.headers);
@@ -224,10 +233,13 @@ RelayConfig read(const toml::table& root, const std::string& source) {
   db.finish();
 
   TableReader poller(sub_table(top, "poller"), "poller", source);
-  poller.duration("interval", c.poller.interval);
+  poller.duration("interval", c.poller.interval, milliseconds(1), hours(1));
   poller.integer("batch", c.poller.batch, 1, 100000);
-  poller.duration("lock_expiry", c.poller.lock_expiry);
+  poller.duration("lock_expiry", c.poller.lock_expiry, seconds(1), days(1));
   poller.string("owner", c.poller.owner);
+  if (c.poller.owner.size() > 128) {
+    poller.fail(*poller.get("owner"), "poller.owner must be at most 128 bytes");
+  }
   poller.finish();
 
   TableReader d(sub_table(top, "dispatcher"), "dispatcher", source);
@@ -235,9 +247,9 @@ RelayConfig read(const toml::table& root, const std::string& source) {
   d.integer("batch", c.dispatcher.batch, 1, 10000);
   d.integer("queue", c.dispatcher.queue, 1, 1000000);
   d.integer("max_attempts", c.dispatcher.max_attempts, 1, 1000);
-  d.duration("backoff_base", c.dispatcher.backoff_base);
-  d.duration("backoff_max", c.dispatcher.backoff_max);
-  d.duration("drain_timeout", c.dispatcher.drain_timeout);
+  d.duration("backoff_base", c.dispatcher.backoff_base, milliseconds(1), days(30));
+  d.duration("backoff_max", c.dispatcher.backoff_max, milliseconds(1), days(30));
+  d.duration("drain_timeout", c.dispatcher.drain_timeout, milliseconds(1), hours(1));
   d.boolean("ordered", c.dispatcher.ordered);
   d.finish();
   if (c.dispatcher.backoff_max < c.dispatcher.backoff_base) {
@@ -246,15 +258,23 @@ RelayConfig read(const toml::table& root, const std::string& source) {
 
   TableReader purge(sub_table(top, "purge"), "purge", source);
   purge.boolean("enabled", c.purge.enabled);
-  purge.duration("retention", c.purge.retention);
-  purge.duration("interval", c.purge.interval);
+  purge.duration("retention", c.purge.retention, seconds(1), days(3650));
+  purge.duration("interval", c.purge.interval, seconds(1), days(30));
   purge.finish();
 
   TableReader admin(sub_table(top, "admin"), "admin", source);
   admin.boolean("enabled", c.admin.enabled);
   admin.string("host", c.admin.host);
   admin.integer("port", c.admin.port, 0, 65535);
-  admin.string("token", c.admin.token);
+  if (auto token = admin.string("token")) {
+    // An empty ${VAR} must not silently open the API.
+    if (token->empty()) {
+      admin.fail(*admin.get("token"),
+                 "admin.token is empty (an empty environment variable?); leave the key out to run "
+                 "without a token");
+    }
+    c.admin.token = *token;
+  }
   admin.finish();
 
   const toml::node* publishers = top.get("publishers");
@@ -309,28 +329,56 @@ RelayConfig read(const toml::table& root, const std::string& source) {
 }  // namespace
 
 std::chrono::milliseconds parse_duration(std::string_view text) {
+  const auto not_a_duration = [&] {
+    return std::invalid_argument("'" + std::string(text) +
+                                 "' is not a duration (a whole number and ms, s, m, h or d)");
+  };
   std::size_t digits = 0;
   while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') {
     ++digits;
   }
-  const std::string_view unit = text.substr(digits);
-  if (digits == 0 || digits > 12) {
-    throw std::invalid_argument("'" + std::string(text) +
-                                "' is not a duration (a whole number and ms, s, m, h or d)");
+  if (digits == 0) {
+    throw not_a_duration();
   }
-  const std::int64_t n = std::stoll(std::string(text.substr(0, digits)));
-  if (unit == "ms")
-    return std::chrono::milliseconds(n);
-  if (unit == "s")
-    return std::chrono::seconds(n);
-  if (unit == "m")
-    return std::chrono::minutes(n);
-  if (unit == "h")
-    return std::chrono::hours(n);
-  if (unit == "d")
-    return std::chrono::hours(24 * n);
-  throw std::invalid_argument("'" + std::string(text) +
-                              "' is not a duration (a whole number and ms, s, m, h or d)");
+  const std::string_view unit = text.substr(digits);
+  std::int64_t unit_ms = 0;
+  if (unit == "ms") {
+    unit_ms = 1;
+  } else if (unit == "s") {
+    unit_ms = 1000;
+  } else if (unit == "m") {
+    unit_ms = 60'000;
+  } else if (unit == "h") {
+    unit_ms = 3'600'000;
+  } else if (unit == "d") {
+    unit_ms = 86'400'000;
+  } else {
+    throw not_a_duration();
+  }
+  // Bounded before any clock sees it: a longer value would wrap nanosecond time points.
+  const std::int64_t limit = kMaxDuration.count() / unit_ms;
+  std::int64_t n = 0;
+  for (std::size_t i = 0; i < digits; ++i) {
+    n = n * 10 + (text[i] - '0');
+    if (n > limit) {
+      throw std::invalid_argument("'" + std::string(text) + "' is too long (at most " +
+                                  format_duration(kMaxDuration) + ")");
+    }
+  }
+  return std::chrono::milliseconds(n * unit_ms);
+}
+
+std::string format_duration(std::chrono::milliseconds d) {
+  const std::int64_t ms = d.count();
+  for (const auto& [unit, size] : {std::pair<const char*, std::int64_t>{"d", 86'400'000},
+                                   {"h", 3'600'000},
+                                   {"m", 60'000},
+                                   {"s", 1000}}) {
+    if (ms != 0 && ms % size == 0) {
+      return std::to_string(ms / size) + unit;
+    }
+  }
+  return std::to_string(ms) + "ms";
 }
 
 RelayConfig parse_config(std::string_view text, const std::string& source) {

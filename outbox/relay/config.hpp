@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "outbox/clock.hpp"
+
 namespace outbox::relay {
 
 /// A configuration problem; what() starts with "<source>:<line>:<column>: " when it has a place.
@@ -60,7 +62,7 @@ struct RelayConfig {
     std::chrono::milliseconds interval{500};
     int batch = 200;
     std::chrono::milliseconds lock_expiry{30000};
-    std::string owner;  ///< empty: host name + process id
+    std::string owner;  ///< empty: host name, process id and a random part
   } poller;
   struct Dispatcher {
     int workers = 16;
@@ -82,21 +84,27 @@ struct RelayConfig {
   struct Admin {
     bool enabled = true;
     std::string host = "127.0.0.1";
-    int port = 9090;    ///< 0: any free port
-    std::string token;  ///< bearer token for /api/*; empty: reads open, POSTs refused
+    int port = 9090;  ///< 0: any free port
+    /// Bearer token for /api/*; absent: reads open, POSTs refused. An empty value is an error.
+    std::string token;
   } admin;
   std::vector<PublisherConfig> publishers;
   std::vector<RouteConfig> routes;
 };
 
-/// Parses and validates `text`. Every string value may be "${VAR}" (or contain it): replaced by
-/// the environment variable, an error when unset. Unknown keys are errors. Throws ConfigError.
+/// Parses and validates `text`. Every string value (durations too) may be "${VAR}" (or contain it):
+/// replaced by the environment variable, an error when unset. Durations are bounded per key.
+/// Unknown keys are errors. Throws ConfigError.
 RelayConfig parse_config(std::string_view text, const std::string& source = "config");
 
 /// Reads and parses a file. Throws ConfigError (also when the file cannot be read).
 RelayConfig load_config(const std::string& path);
 
-/// "250ms", "30s", "5m", "2h", "7d" → milliseconds. Throws std::invalid_argument otherwise.
+/// "250ms", "30s", "5m", "2h", "7d" → milliseconds, at most kMaxDuration (3650d). Throws
+/// std::invalid_argument otherwise (the message names the limit).
 std::chrono::milliseconds parse_duration(std::string_view text);
+
+/// The largest whole unit that represents `d` exactly: "7d", "90s", "250ms".
+std::string format_duration(std::chrono::milliseconds d);
 
 }  // namespace outbox::relay

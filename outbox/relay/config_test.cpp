@@ -142,6 +142,79 @@ TEST(RelayConfig, Durations) {
   for (const char* bad : {"", "s", "1.5s", "10", "-1s", "1w", "1 s"}) {
     EXPECT_THROW(parse_duration(bad), std::invalid_argument) << bad;
   }
+  EXPECT_EQ(parse_duration("3650d"), kMaxDuration);
+  EXPECT_EQ(parse_duration("315360000000ms"), kMaxDuration);
+  // Longer values would wrap nanosecond clocks (999999d once purged every row): refused, with
+  // the limit in the message, however many digits.
+  for (const char* big :
+       {"3651d", "999999d", "87601h", "315360000001ms", "99999999999999999999999999s"}) {
+    try {
+      parse_duration(big);
+      ADD_FAILURE() << big;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("at most 3650d"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(format_duration(std::chrono::hours(168)), "7d");
+  EXPECT_EQ(format_duration(90s), "90s");
+  EXPECT_EQ(format_duration(1500ms), "1500ms");
+}
+
+TEST(RelayConfig, EveryDurationKeyIsBoundedAndNamesItsLimits) {
+  const std::string head = "[database]\nurl = \"sqlite:///tmp/x.db\"\n";
+  const std::string tail =
+      "[publishers.p]\ntype = \"http\"\n[[routes]]\npublisher = \"p\"\ntarget = \"http://h/\"\n";
+  struct Case {
+    const char* table;
+    const char* key;
+    const char* value;
+    const char* limit;
+  };
+  for (const Case& c : {Case{"poller", "interval", "2h", "between 1ms and 1h"},
+                        Case{"poller", "lock_expiry", "2d", "between 1s and 1d"},
+                        Case{"poller", "lock_expiry", "10ms", "between 1s and 1d"},
+                        Case{"dispatcher", "drain_timeout", "999999d", "at most 3650d"},
+                        Case{"dispatcher", "drain_timeout", "2h", "between 1ms and 1h"},
+                        Case{"dispatcher", "backoff_max", "31d", "between 1ms and 30d"},
+                        Case{"purge", "retention", "3651d", "at most 3650d"},
+                        Case{"purge", "interval", "31d", "between 1s and 30d"},
+                        Case{"purge", "interval", "0s", "between 1s and 30d"}}) {
+    const std::string text =
+        head + "[" + c.table + "]\n" + c.key + " = \"" + c.value + "\"\n" + tail;
+    try {
+      parse_config(text);
+      ADD_FAILURE() << c.table << "." << c.key << " = " << c.value;
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(c.table) + "." + c.key), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.limit), std::string::npos) << e.what();
+    }
+  }
+  try {
+    parse_config(head +
+                 "[publishers.p]\ntype = \"http\"\nconnect_timeout = \"2h\"\n[[routes]]\n"
+                 "publisher = \"p\"\ntarget = \"http://h/\"\n");
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("publishers.p.connect_timeout must be between 1ms and 1h"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(RelayConfig, DurationsExpandEnvironmentVariables) {
+  setenv("OUTBOX_TEST_RETENTION", "3d", 1);
+  const auto c = parse_config(
+      "[database]\nurl = \"sqlite:///tmp/x.db\"\n[purge]\nretention = "
+      "\"${OUTBOX_TEST_RETENTION}\"\n"
+      "[publishers.p]\ntype = \"log\"\n[[routes]]\npublisher = \"p\"\n");
+  EXPECT_EQ(c.purge.retention, std::chrono::hours(72));
+  setenv("OUTBOX_TEST_RETENTION", "9999999d", 1);
+  EXPECT_THROW(parse_config("[database]\nurl = \"sqlite:///tmp/x.db\"\n[purge]\nretention = "
+                            "\"${OUTBOX_TEST_RETENTION}\"\n[publishers.p]\ntype = \"log\"\n"
+                            "[[routes]]\npublisher = \"p\"\n"),
+               ConfigError);
+  unsetenv("OUTBOX_TEST_RETENTION");
 }
 
 }  // namespace

@@ -47,10 +47,17 @@ std::shared_ptr<Publisher> make_publisher(const PublisherConfig& p) {
   throw std::invalid_argument("unknown publisher type");
 }
 
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
 std::string default_owner() {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
-  return std::string(host[0] ? host : "relay") + "-" + std::to_string(getpid());
+  // The random part keeps two containers apart that share a host name and both run as PID 1:
+  // with equal owners each would renew and mark the other's claims.
+  return std::string(host[0] ? host : "relay").substr(0, 64) + "-" + std::to_string(getpid()) +
+         "-" + new_ulid().substr(16);
 }
 
 // Turns one publish result into what a listener reports: nothing, or the failure to record.
@@ -87,20 +94,31 @@ class RoutingRegistry final : public ListenerRegistry {
                       target = route.target](std::span<const EventEnvelope* const> events) {
         std::vector<PublishRequest> requests;
         requests.reserve(events.size());
-        for (const auto* event : events) {
-          requests.push_back({event, expand_target(target, *event)});
+        // An event whose target cannot be built is refused alone; the others still go.
+        std::vector<std::exception_ptr> failures(events.size());
+        std::vector<std::size_t> sent;
+        sent.reserve(events.size());
+        for (std::size_t i = 0; i < events.size(); ++i) {
+          try {
+            requests.push_back({events[i], expand_target(target, *events[i])});
+            sent.push_back(i);
+          } catch (const std::invalid_argument& e) {
+            failures[i] =
+                std::make_exception_ptr(PermanentFailure(std::string("target: ") + e.what()));
+          }
+        }
+        if (requests.empty()) {
+          return failures;
         }
         const auto start = std::chrono::steady_clock::now();
         auto results = publisher->publish(requests);
         const auto elapsed = std::chrono::steady_clock::now() - start;
-        std::vector<std::exception_ptr> failures;
-        failures.reserve(events.size());
-        for (std::size_t i = 0; i < events.size(); ++i) {
-          const auto result = i < results.size()
-                                  ? results[i]
+        for (std::size_t k = 0; k < sent.size(); ++k) {
+          const auto result = k < results.size()
+                                  ? results[k]
                                   : PublishResult::retriable("publisher returned no result");
           metrics->record_publish(name, result.kind, elapsed);
-          failures.push_back(to_failure(result));
+          failures[sent[k]] = to_failure(result);
         }
         return failures;
       };
@@ -239,6 +257,11 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
   impl_->build_outbox();
   if (c.admin.enabled) {
     impl_->build_admin();
+    if (c.admin.token.empty() && !is_loopback(c.admin.host)) {
+      log(LogLevel::Warning, "admin.host " + c.admin.host +
+                                 " is reachable from other machines and admin.token is not set: "
+                                 "anyone who reaches it can read /api/status and /api/dead");
+    }
   }
 }
 

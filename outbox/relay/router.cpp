@@ -1,6 +1,8 @@
 #include "outbox/relay/router.hpp"
 
 #include <array>
+#include <cctype>
+#include <stdexcept>
 
 namespace outbox::relay {
 namespace {
@@ -53,7 +55,55 @@ std::optional<std::string> template_problem(std::string_view target) {
   return std::nullopt;
 }
 
+namespace {
+
+bool starts_with_nocase(std::string_view text, std::string_view prefix) {
+  if (text.size() < prefix.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < prefix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(text[i])) != prefix[i]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// RFC 3986 unreserved characters pass; everything else (/ ? # % @ : and non-ASCII bytes
+// included) is percent-encoded, so a value stays inside the one component it was placed in.
+void append_encoded(std::string& out, std::string_view value) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  for (const char c : value) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) != 0 || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(c);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[u >> 4]);
+      out.push_back(kHex[u & 0xF]);
+    }
+  }
+}
+
+bool is_dns_label(std::string_view value) {
+  if (value.empty() || value.size() > 63) {
+    return false;
+  }
+  for (const char c : value) {
+    if (std::isalnum(static_cast<unsigned char>(c)) == 0 && c != '-') {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 std::string expand_target(std::string_view target, const EventEnvelope& event) {
+  const bool url = starts_with_nocase(target, "http://") || starts_with_nocase(target, "https://");
+  // The authority (host and port) ends at the first / ? or # after the scheme.
+  const std::size_t authority_end =
+      url ? target.find_first_of("/?#", target.find("://") + 3) : std::string_view::npos;
   std::string out;
   std::size_t pos = 0;
   for (;;) {
@@ -65,16 +115,35 @@ std::string expand_target(std::string_view target, const EventEnvelope& event) {
     }
     out.append(target.substr(pos, open - pos));
     const auto name = target.substr(open + 1, close - open - 1);
+    std::optional<std::string_view> value;
     if (name == "event_type") {
-      out += event.event_type();
+      value = event.event_type();
     } else if (name == "aggregate_type") {
-      out += event.aggregate_type();
+      value = event.aggregate_type();
     } else if (name == "aggregate_id") {
-      out += event.aggregate_id().value_or("");
+      value = event.aggregate_id() ? std::string_view(*event.aggregate_id()) : std::string_view();
     } else if (name == "tenant_id") {
-      out += event.tenant_id().value_or("");
-    } else {
+      value = event.tenant_id() ? std::string_view(*event.tenant_id()) : std::string_view();
+    }
+    if (!value) {
       out.append(target.substr(open, close - open + 1));
+    } else if (!url) {
+      out.append(*value);
+    } else if (open < authority_end) {
+      if (!is_dns_label(*value)) {
+        throw std::invalid_argument("{" + std::string(name) +
+                                    "} is in the target's host and must be one DNS label "
+                                    "(letters, digits, '-'), not '" +
+                                    std::string(value->substr(0, 64)) + "'");
+      }
+      out.append(*value);
+    } else {
+      // "." and ".." survive encoding and would climb the path once normalized.
+      if (*value == "." || *value == "..") {
+        throw std::invalid_argument("{" + std::string(name) + "} = '" + std::string(*value) +
+                                    "' cannot be placed in a URL");
+      }
+      append_encoded(out, *value);
     }
     pos = close + 1;
   }

@@ -18,7 +18,10 @@ bool glob_match(std::string_view pattern, std::string_view text) noexcept;
 /// Placeholders: {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}.
 std::optional<std::string> template_problem(std::string_view target);
 
-/// `target` with its placeholders replaced from `event` (absent ids become empty).
+/// `target` with its placeholders replaced from `event` (absent ids become empty). In http(s)
+/// targets values are percent-encoded (/ ? # % too) so they cannot leave their component; a
+/// value in the host must be one DNS label. Throws std::invalid_argument for a value that
+/// cannot be placed (then the event is refused, never sent elsewhere).
 std::string expand_target(std::string_view target, const EventEnvelope& event);
 
 /// Ordered routes; the first match wins. Immutable, so thread-safe.

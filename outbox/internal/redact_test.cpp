@@ -1,0 +1,29 @@
+#include "outbox/internal/redact.hpp"
+
+#include <gtest/gtest.h>
+
+namespace outbox::internal {
+namespace {
+
+TEST(Redact, UrlsLoseTheirPasswordsAndNothingElse) {
+  EXPECT_EQ(redact_url("mysql://app:s3cret@db:3306/shop"), "mysql://app:***@db:3306/shop");
+  EXPECT_EQ(redact_url("postgresql://app:p%40ss@h/db?sslmode=require&password=two"),
+            "postgresql://app:***@h/db?sslmode=require&password=***");
+  EXPECT_EQ(redact_url("host=h user=app password='a b\\'c' dbname=x"),
+            "host=h user=app password=*** dbname=x");
+  EXPECT_EQ(redact_url("mysql://app@db/shop"), "mysql://app@db/shop");
+  EXPECT_EQ(redact_url("sqlite:///var/lib/x.db"), "sqlite:///var/lib/x.db");
+  EXPECT_EQ(redact_url("mysql://u:pw@with@at@h:1/d"), "mysql://u:***@h:1/d");
+}
+
+TEST(Redact, MessagesLoseEveryCopyOfThePassword) {
+  const std::string url = "postgresql://app:hunter%402@[::1/db";
+  EXPECT_EQ(redact_secrets("invalid URI \"" + url + "\"", url),
+            "invalid URI \"postgresql://app:***@[::1/db\"");
+  EXPECT_EQ(redact_secrets("password hunter@2 rejected; hunter%402", url),
+            "password *** rejected; ***");
+  EXPECT_EQ(redact_secrets("no secret here", "mysql://u@h/d"), "no secret here");
+}
+
+}  // namespace
+}  // namespace outbox::internal

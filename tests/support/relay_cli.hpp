@@ -1,0 +1,109 @@
+#pragma once
+// The `outbox` command as a child process: one-shot commands, a relay process, a migrated SQLite
+// file. Needs OUTBOX_CLI_PATH defined to the built command.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+#include "outbox/detect/detect.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/test_support.hpp"
+
+namespace outbox::testing {
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct CommandResult {
+  int exit_code;
+  std::string out, err;
+};
+
+// Runs `outbox args…` to completion, capturing its output.
+inline CommandResult run_cli(const TempDir& dir, const std::string& args) {
+  const auto out = dir.file("cli.out"), err = dir.file("cli.err");
+  const pid_t pid = spawn(
+      {"/bin/sh", "-c", "exec '" OUTBOX_CLI_PATH "' " + args + " >'" + out + "' 2>'" + err + "'"});
+  const auto code = wait_exit(pid, std::chrono::seconds(60));
+  return {code.value_or(-1), read_file(out), read_file(err)};
+}
+
+// A relay process; killed if the test ends without stopping it.
+class RelayProcess {
+ public:
+  RelayProcess(const TempDir& dir, const std::string& config) : log_(dir.file("relay.log")) {
+    const auto path = dir.file("relay.toml");
+    std::ofstream(path) << config;
+    pid_ = spawn(
+        {"/bin/sh", "-c", "exec '" OUTBOX_CLI_PATH "' relay -c '" + path + "' 2>'" + log_ + "'"});
+  }
+  ~RelayProcess() {
+    if (pid_ > 0) {
+      kill_hard(pid_);
+    }
+  }
+  // The admin port from the start-up line (admin.port = 0 picks a free one).
+  int admin_port() {
+    static const std::regex kLine("admin on 127\\.0\\.0\\.1:([0-9]+)");
+    std::smatch m;
+    std::string log;
+    EXPECT_TRUE(wait_until([&] {
+      log = read_file(log_);
+      return std::regex_search(log, m, kLine);
+    })) << log;
+    return m.empty() ? 0 : std::stoi(m[1]);
+  }
+  // Once started (signals are handled from then on): SIGTERM, then the exit code (nullopt if it
+  // did not exit in time).
+  std::optional<int> terminate() {
+    EXPECT_TRUE(wait_until([&] { return log().find("relay started") != std::string::npos; }));
+    kill(pid_, SIGTERM);
+    auto code = wait_exit(pid_, std::chrono::seconds(60));
+    pid_ = -1;
+    return code;
+  }
+  std::string log() const { return read_file(log_); }
+  // Waits until the relay has started (signals are handled from then on), then sends `sig`.
+  void signal_when_started(int sig) {
+    EXPECT_TRUE(wait_until([&] { return log().find("relay started") != std::string::npos; }));
+    kill(pid_, sig);
+  }
+  pid_t pid() const { return pid_; }
+  // Waits for an exit already asked for; the exit code (nullopt if not in time).
+  std::optional<int> wait() {
+    auto code = wait_exit(pid_, std::chrono::seconds(60));
+    pid_ = -1;
+    return code;
+  }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+};
+
+// A SQLite file migrated by the CLI, for the tests that need only one engine.
+class MigratedSqlite : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    url = "sqlite://" + dir.file("relay.db");
+    ASSERT_EQ(run_cli(dir, "migrate --db " + url).exit_code, 0);
+    pool = open_pool(url, 1);
+    store = detect_store(*pool->acquire());
+  }
+
+  TempDir dir;
+  std::string url;
+  std::shared_ptr<sql::ConnectionPool> pool;
+  std::shared_ptr<OutboxStore> store;
+};
+
+}  // namespace outbox::testing
