@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (status_cmd->parsed()) {
-      auto pool = open_pool(status_db.url, 1);
+      auto pool = open_pool(status_db.url, 1, false);
       auto conn = pool->acquire();
       auto store = detect_store(*conn, status_db.table);
       const auto report = relay::read_status(*conn, *store, Clock::system()->now());
@@ -220,7 +220,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (dead_cmd->parsed()) {
-      auto pool = open_pool(dead_db.url, 1);
+      auto pool = open_pool(dead_db.url, 1, false);
       auto conn = pool->acquire();
       auto store = detect_store(*conn, dead_db.table);
       if (list_cmd->parsed()) {
@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
     }
     if (purge_cmd->parsed()) {
       const auto age = relay::parse_duration(older_than);
-      auto pool = open_pool(purge_db.url, 1);
+      auto pool = open_pool(purge_db.url, 1, false);
       auto conn = pool->acquire();
       auto purger = detect_purger(*conn, purge_db.table);
       const auto before = Clock::system()->now() - age;

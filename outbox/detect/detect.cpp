@@ -91,7 +91,8 @@ void create_schema_for(sql::Connection& conn, const std::string& table) {
   unsupported(dialect);
 }
 
-std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size_t max_size) {
+std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size_t max_size,
+                                               bool create_sqlite_file) {
   auto starts = [&](std::string_view prefix) { return url.rfind(prefix, 0) == 0; };
   if (starts("sqlite://")) {
 #ifdef OUTBOX_HAVE_SQLITE
@@ -99,7 +100,7 @@ std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size
     if (path.empty()) {
       throw std::invalid_argument("database URL '" + url + "' has no file path");
     }
-    return sqlite::make_pool(path, max_size);
+    return sqlite::make_pool(path, max_size, sqlite::OpenOptions{.create = create_sqlite_file});
 #else
     unsupported("sqlite");
 #endif

@@ -1,12 +1,10 @@
 #include "outbox/relay/admin_server.hpp"
 
-#include <httplib.h>
-
+#include <map>
 #include <stdexcept>
-#include <thread>
 
 #include "outbox/json_codec.hpp"
-#include "outbox/log.hpp"
+#include "outbox/relay/internal/http_server.hpp"
 
 namespace outbox::relay {
 namespace {
@@ -27,129 +25,162 @@ std::string json_error(const std::string& message) {
   return out;
 }
 
+// What a request path names, once split and decoded.
+struct Route {
+  enum class Kind { Healthz, Readyz, Metrics, Status, DeadList, Replay, Unknown };
+  Kind kind = Kind::Unknown;
+  std::string id;  // Replay: the event id, percent-decoded after splitting (so %2F stays in it)
+};
+
+Route route_of(const std::string& path) {
+  using Kind = Route::Kind;
+  static const std::map<std::string, Kind, std::less<>> kFixed = {{"/healthz", Kind::Healthz},
+                                                                  {"/readyz", Kind::Readyz},
+                                                                  {"/metrics", Kind::Metrics},
+                                                                  {"/api/status", Kind::Status},
+                                                                  {"/api/dead", Kind::DeadList}};
+  if (auto it = kFixed.find(path); it != kFixed.end()) {
+    return {it->second, {}};
+  }
+  constexpr std::string_view kPrefix = "/api/dead/", kSuffix = "/replay";
+  if (path.size() > kPrefix.size() + kSuffix.size() && path.starts_with(kPrefix) &&
+      path.ends_with(kSuffix)) {
+    const std::string_view raw = std::string_view(path).substr(
+        kPrefix.size(), path.size() - kPrefix.size() - kSuffix.size());
+    if (raw.find('/') == std::string_view::npos) {
+      if (auto id = internal::percent_decode(raw)) {
+        return {Kind::Replay, std::move(*id)};
+      }
+    }
+  }
+  return {};
+}
+
+// Query parameters, decoded (form style: '+' is a space); malformed escapes drop the pair.
+std::map<std::string, std::string> query_params(std::string_view query) {
+  std::map<std::string, std::string> params;
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    const auto eq = pair.find('=');
+    auto key = internal::percent_decode(pair.substr(0, eq), true);
+    auto value = internal::percent_decode(
+        eq == std::string_view::npos ? std::string_view() : pair.substr(eq + 1), true);
+    if (key && value && !key->empty()) {
+      params.emplace(std::move(*key), std::move(*value));
+    }
+  }
+  return params;
+}
+
+internal::HttpResponse json(int status, std::string body) {
+  internal::HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = std::move(body);
+  return r;
+}
+
+internal::HttpResponse text(int status, std::string body, std::string type = "text/plain") {
+  internal::HttpResponse r;
+  r.status = status;
+  r.content_type = std::move(type);
+  r.body = std::move(body);
+  return r;
+}
+
 }  // namespace
 
 struct AdminServer::Impl {
-  httplib::Server server;
   std::string token;
   AdminHandlers handlers;
-  std::thread thread;
-  bool started = false;
+  std::unique_ptr<internal::HttpServer> server;
 
-  // True when the request may go on; otherwise the response is already set.
-  bool authorised(const httplib::Request& req, httplib::Response& res, bool mutating) {
+  // A refusal, or nullopt when the request may go on.
+  std::optional<internal::HttpResponse> refuse_unauthorised(const internal::HttpRequest& req,
+                                                            bool mutating) const {
     if (token.empty()) {
       if (!mutating) {
-        return true;
+        return std::nullopt;
       }
-      res.status = 403;
-      res.set_content(json_error("set admin.token in the relay configuration to enable this"),
-                      "application/json");
-      return false;
+      return json(403, json_error("set admin.token in the relay configuration to enable this"));
     }
-    if (same_secret(req.get_header_value("Authorization"), "Bearer " + token)) {
-      return true;
+    if (same_secret(req.header("Authorization"), "Bearer " + token)) {
+      return std::nullopt;
     }
-    res.status = 401;
-    res.set_header("WWW-Authenticate", "Bearer");
-    res.set_content(json_error("missing or wrong bearer token"), "application/json");
-    return false;
+    auto r = json(401, json_error("missing or wrong bearer token"));
+    r.headers.emplace_back("WWW-Authenticate", "Bearer");
+    return r;
   }
 
-  void method_not_allowed(const std::string& pattern, const char* allow) {
-    auto refuse = [allow](const httplib::Request&, httplib::Response& res) {
-      res.status = 405;
-      res.set_header("Allow", allow);
-      res.set_content(json_error(std::string("method not allowed; use ") + allow),
-                      "application/json");
-    };
-    if (std::string_view(allow) == "GET") {
-      server.Post(pattern, refuse);
-    } else {
-      server.Get(pattern, refuse);
+  // Runs on the server's loop before any body is read: cheap answers and every refusal.
+  std::optional<internal::HttpResponse> screen(const internal::HttpRequest& req) const {
+    using Kind = Route::Kind;
+    const Route route = route_of(req.path);
+    if (route.kind == Kind::Unknown) {
+      return json(404, json_error("no such endpoint: " + req.path.substr(0, 200)));
     }
-    server.Put(pattern, refuse);
-    server.Delete(pattern, refuse);
-    server.Patch(pattern, refuse);
-  }
-
-  template <typename Fn>
-  static void guarded(httplib::Response& res, Fn&& fn) {
-    try {
-      fn();
-    } catch (const std::exception& e) {
-      res.status = 500;
-      res.set_content(json_error(e.what()), "application/json");
+    const char* allow = route.kind == Kind::Replay ? "POST" : "GET";
+    if (req.method != allow) {
+      auto r = json(405, json_error(std::string("method not allowed; use ") + allow));
+      r.headers.emplace_back("Allow", allow);
+      return r;
+    }
+    switch (route.kind) {
+      case Kind::Healthz:
+        return text(200, "ok\n");  // liveness: answered even while every worker is busy
+      case Kind::Status:
+      case Kind::DeadList:
+        return refuse_unauthorised(req, false);
+      case Kind::Replay:
+        return refuse_unauthorised(req, true);
+      default:
+        return std::nullopt;
     }
   }
 
-  void routes() {
-    server.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content("ok\n", "text/plain");
-    });
-    server.Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
-      try {
-        handlers.check_ready();
-        res.set_content("ready\n", "text/plain");
-      } catch (const std::exception& e) {
-        res.status = 503;
-        res.set_content(std::string("not ready: ") + e.what() + "\n", "text/plain");
-      }
-    });
-    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      guarded(res, [&] { res.set_content(handlers.metrics(), "text/plain; version=0.0.4"); });
-    });
-    server.Get("/api/status", [this](const httplib::Request& req, httplib::Response& res) {
-      if (authorised(req, res, false)) {
-        guarded(res, [&] { res.set_content(handlers.status_json(), "application/json"); });
-      }
-    });
-    server.Get("/api/dead", [this](const httplib::Request& req, httplib::Response& res) {
-      if (!authorised(req, res, false)) {
-        return;
-      }
-      auto param = [&](const char* name) -> std::optional<std::string> {
-        if (!req.has_param(name)) {
-          return std::nullopt;
-        }
-        return req.get_param_value(name);
-      };
-      int limit = 100;
-      if (auto l = param("limit")) {
+  internal::HttpResponse handle(const internal::HttpRequest& req) const {
+    using Kind = Route::Kind;
+    const Route route = route_of(req.path);
+    switch (route.kind) {
+      case Kind::Readyz:
         try {
-          limit = std::stoi(*l);
-        } catch (const std::exception&) {
-          limit = 0;
+          handlers.check_ready();
+          return text(200, "ready\n");
+        } catch (const std::exception& e) {
+          return text(503, std::string("not ready: ") + e.what() + "\n");
         }
-        if (limit < 1 || limit > 10000) {
-          res.status = 400;
-          res.set_content(json_error("limit must be between 1 and 10000"), "application/json");
-          return;
+      case Kind::Metrics:
+        return text(200, handlers.metrics(), "text/plain; version=0.0.4");
+      case Kind::Status:
+        return json(200, handlers.status_json());
+      case Kind::DeadList: {
+        const auto params = query_params(req.query);
+        auto param = [&](const char* name) -> std::optional<std::string> {
+          auto it = params.find(name);
+          return it == params.end() ? std::nullopt : std::optional<std::string>(it->second);
+        };
+        int limit = 100;
+        if (auto l = param("limit")) {
+          try {
+            limit = std::stoi(*l);
+          } catch (const std::exception&) {
+            limit = 0;
+          }
+          if (limit < 1 || limit > 10000) {
+            return json(400, json_error("limit must be between 1 and 10000"));
+          }
         }
+        return json(200, handlers.dead_json(param("type"), param("aggregate"), limit));
       }
-      guarded(res, [&] {
-        res.set_content(handlers.dead_json(param("type"), param("aggregate"), limit),
-                        "application/json");
-      });
-    });
-    const std::string replay_pattern = R"(/api/dead/([^/]+)/replay)";
-    server.Post(replay_pattern, [this](const httplib::Request& req, httplib::Response& res) {
-      if (!authorised(req, res, true)) {
-        return;
-      }
-      guarded(res, [&] {
-        const std::string id = req.matches[1];
-        if (handlers.replay(id)) {
-          res.set_content("{\"replayed\":1}", "application/json");
-        } else {
-          res.status = 404;
-          res.set_content(json_error("no DEAD event " + id), "application/json");
+      case Kind::Replay:
+        if (handlers.replay(route.id)) {
+          return json(200, "{\"replayed\":1}");
         }
-      });
-    });
-    method_not_allowed(replay_pattern, "POST");
-    for (const char* path : {"/healthz", "/readyz", "/metrics", "/api/status", "/api/dead"}) {
-      method_not_allowed(path, "GET");
+        return json(404, json_error("no DEAD event " + route.id));
+      default:
+        return json(404, json_error("no such endpoint"));
     }
   }
 };
@@ -159,17 +190,12 @@ AdminServer::AdminServer(const std::string& host, int port, std::string token,
     : impl_(std::make_unique<Impl>()) {
   impl_->token = std::move(token);
   impl_->handlers = std::move(handlers);
-  impl_->routes();
-  if (port == 0) {
-    port_ = impl_->server.bind_to_any_port(host);
-  } else if (impl_->server.bind_to_port(host, port)) {
-    port_ = port;
-  } else {
-    port_ = -1;
-  }
-  if (port_ <= 0) {
-    throw std::runtime_error("admin server: cannot listen on " + host + ":" + std::to_string(port));
-  }
+  Impl* impl = impl_.get();
+  impl_->server = std::make_unique<internal::HttpServer>(
+      host, port, internal::HttpLimits{},
+      [impl](const internal::HttpRequest& req) { return impl->screen(req); },
+      [impl](const internal::HttpRequest& req) { return impl->handle(req); });
+  port_ = impl_->server->port();
 }
 
 AdminServer::~AdminServer() {
@@ -177,25 +203,12 @@ AdminServer::~AdminServer() {
 }
 
 void AdminServer::start() {
-  if (impl_->started) {
-    return;
-  }
-  impl_->started = true;
-  Impl* impl = impl_.get();
-  impl_->thread = std::thread([impl] {
-    if (!impl->server.listen_after_bind()) {
-      log(LogLevel::Error, "admin server stopped unexpectedly");
-    }
-  });
+  impl_->server->start();
 }
 
 void AdminServer::stop() {
-  if (!impl_) {
-    return;
-  }
-  impl_->server.stop();
-  if (impl_->thread.joinable()) {
-    impl_->thread.join();
+  if (impl_) {
+    impl_->server->stop();
   }
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// The relay's admin HTTP server (cpp-httplib); routes are described on Relay.
+// The relay's admin HTTP server (internal/http_server: bounded, deadline per request); routes
+// are described on Relay.
 
 #include <functional>
 #include <memory>

@@ -235,7 +235,7 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
   impl_->config = std::move(config);
   auto& c = impl_->config;
   // Workers write statuses, the poller claims, the DONE flusher and admin requests read.
-  impl_->pool = open_pool(c.database.url, static_cast<std::size_t>(c.database.pool_size));
+  impl_->pool = open_pool(c.database.url, static_cast<std::size_t>(c.database.pool_size), false);
   {
     auto conn = impl_->pool->acquire();
     impl_->store = detect_store(*conn, c.database.table);

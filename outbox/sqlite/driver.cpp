@@ -1,6 +1,7 @@
 #include "outbox/sqlite/driver.hpp"
 
 #include <sqlite3.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -277,7 +278,13 @@ class SqliteConnection final : public sql::Connection {
 std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions& options) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(
-      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+      path.c_str(), &db,
+      SQLITE_OPEN_READWRITE | (options.create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_NOMUTEX,
+      nullptr);
+  if (rc == SQLITE_CANTOPEN && !options.create && access(path.c_str(), F_OK) != 0) {
+    sqlite3_close(db);
+    throw StoreError("sqlite: no database at " + path + " (run `outbox migrate` first?)", "08001");
+  }
   if (rc != SQLITE_OK) {
     std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
     sqlite3_close_v2(db);

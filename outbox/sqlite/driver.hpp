@@ -17,9 +17,11 @@ struct OpenOptions {
   std::chrono::milliseconds busy_timeout{10000};  ///< wait for locks held by other connections
   bool wal = true;                 ///< journal_mode=WAL (readers never block writers)
   bool synchronous_normal = true;  ///< synchronous=NORMAL (safe with WAL)
+  bool create = true;              ///< false: a missing file is an error (tools that only read)
 };
 
-/// Opens (creating if needed) the database file. Throws outbox::StoreError.
+/// Opens (creating if needed, unless options.create is false) the database file. Throws
+/// outbox::StoreError.
 std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions& options = {});
 
 /// Wraps a caller-owned handle; the caller keeps ownership and must outlive the connection.

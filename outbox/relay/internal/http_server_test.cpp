@@ -1,0 +1,275 @@
+#include "outbox/relay/internal/http_server.hpp"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "outbox/relay/admin_server.hpp"
+
+namespace outbox::relay {
+namespace {
+
+using namespace std::chrono_literals;
+using internal::HttpLimits;
+using internal::HttpRequest;
+using internal::HttpResponse;
+using internal::HttpServer;
+
+// A raw client socket: hostile clients are easier to write without an HTTP library.
+class Client {
+ public:
+  explicit Client(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  ~Client() { close(fd_); }
+  bool connected() const { return connected_; }
+  bool send_all(std::string_view data) {
+    while (!data.empty()) {
+      const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
+      if (n <= 0) {
+        return false;
+      }
+      data.remove_prefix(static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+  // Everything until the server closes, or what arrived before `timeout`.
+  std::string read_all(std::chrono::milliseconds timeout = 10s) {
+    std::string out;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{fd_, POLLIN, 0};
+      if (left.count() <= 0 || poll(&p, 1, static_cast<int>(left.count())) <= 0) {
+        return out;
+      }
+      char buffer[4096];
+      const ssize_t n = recv(fd_, buffer, sizeof buffer, 0);
+      if (n <= 0) {
+        closed_ = true;
+        return out;
+      }
+      out.append(buffer, static_cast<std::size_t>(n));
+    }
+  }
+  bool closed_by_server() const { return closed_; }
+
+ private:
+  int fd_ = -1;
+  bool connected_ = false;
+  bool closed_ = false;
+};
+
+std::string status_line(const std::string& response) {
+  return response.substr(0, response.find("\r\n"));
+}
+
+std::string body_of(const std::string& response) {
+  const auto end = response.find("\r\n\r\n");
+  return end == std::string::npos ? std::string() : response.substr(end + 4);
+}
+
+struct Recorder {
+  std::atomic<int> handled{0};
+  std::atomic<std::size_t> largest_body{0};
+};
+
+std::unique_ptr<HttpServer> echo_server(Recorder& r, HttpLimits limits = {}) {
+  return std::make_unique<HttpServer>(
+      "127.0.0.1", 0, limits,
+      [](const HttpRequest& head) -> std::optional<HttpResponse> {
+        if (head.header("Authorization") != "Bearer t") {
+          return HttpResponse{401, "text/plain", "no\n", {}};
+        }
+        return std::nullopt;
+      },
+      [&r](const HttpRequest& req) {
+        ++r.handled;
+        r.largest_body = std::max(r.largest_body.load(), req.body.size());
+        return HttpResponse{200, "text/plain", req.method + " " + req.path + " " + req.body, {}};
+      });
+}
+
+TEST(AdminHttpServer, AnswersAndClosesEveryRequest) {
+  Recorder r;
+  auto server = echo_server(r);
+  server->start();
+  Client c(server->port());
+  ASSERT_TRUE(c.connected());
+  c.send_all("POST /x?y=1 HTTP/1.1\r\nAuthorization: Bearer t\r\nContent-Length: 3\r\n\r\nabc");
+  const auto response = c.read_all();
+  EXPECT_EQ(status_line(response), "HTTP/1.1 200 OK");
+  EXPECT_EQ(body_of(response), "POST /x abc");
+  EXPECT_NE(response.find("Connection: close"), std::string::npos);
+  EXPECT_TRUE(c.closed_by_server());
+}
+
+TEST(AdminHttpServer, AHugeBodyIsRefusedBeforeItIsReadWithOrWithoutAuth) {
+  Recorder r;
+  auto server = echo_server(r);
+  server->start();
+  // Unauthorised: refused on the head alone (the 400 MB body once went into memory first).
+  Client anonymous(server->port());
+  anonymous.send_all("POST /x HTTP/1.1\r\nContent-Length: 400000000\r\n\r\n");
+  EXPECT_EQ(status_line(anonymous.read_all()), "HTTP/1.1 401 Unauthorized");
+  // Authorised but over the body limit: 413 without reading it.
+  Client big(server->port());
+  big.send_all("POST /x HTTP/1.1\r\nAuthorization: Bearer t\r\nContent-Length: 400000000\r\n\r\n");
+  EXPECT_EQ(status_line(big.read_all()), "HTTP/1.1 413 Content Too Large");
+  Client chunked(server->port());
+  chunked.send_all(
+      "POST /x HTTP/1.1\r\nAuthorization: Bearer t\r\nTransfer-Encoding: chunked\r\n\r\n");
+  EXPECT_EQ(status_line(chunked.read_all()), "HTTP/1.1 501 Not Implemented");
+  EXPECT_EQ(r.handled.load(), 0);
+}
+
+TEST(AdminHttpServer, TooManyOrTooLargeHeadersAreRefused) {
+  Recorder r;
+  auto server = echo_server(r);
+  server->start();
+  Client many(server->port());
+  std::string head = "GET /x HTTP/1.1\r\n";
+  for (int i = 0; i < 100; ++i) {
+    head += "X-" + std::to_string(i) + ": v\r\n";
+  }
+  many.send_all(head + "\r\n");
+  EXPECT_EQ(status_line(many.read_all()), "HTTP/1.1 431 Request Header Fields Too Large");
+  // 20,000 headers of 8 KB once took 251 MB: the head is cut at 16 KiB.
+  Client endless(server->port());
+  endless.send_all("GET /x HTTP/1.1\r\n");
+  const std::string line = "X-Big: " + std::string(8000, 'a') + "\r\n";
+  for (int i = 0; i < 20 && endless.send_all(line); ++i) {
+  }
+  EXPECT_EQ(status_line(endless.read_all()), "HTTP/1.1 431 Request Header Fields Too Large");
+  EXPECT_EQ(r.handled.load(), 0);
+}
+
+TEST(AdminHttpServer, SlowClientsAreDroppedAtTheDeadlineAndNeverBlockOthers) {
+  Recorder r;
+  HttpLimits limits;
+  limits.request_deadline = 1500ms;
+  auto server = echo_server(r, limits);
+  server->start();
+  // More slow clients than worker threads, each sending a byte now and then.
+  std::vector<std::unique_ptr<Client>> slow;
+  for (int i = 0; i < 32; ++i) {
+    slow.push_back(std::make_unique<Client>(server->port()));
+    slow.back()->send_all("G");
+  }
+  Client fast(server->port());
+  fast.send_all("GET /x HTTP/1.1\r\nAuthorization: Bearer t\r\n\r\n");
+  EXPECT_EQ(status_line(fast.read_all()), "HTTP/1.1 200 OK");
+  for (auto& c : slow) {
+    c->send_all("E");
+  }
+  for (auto& c : slow) {
+    EXPECT_EQ(c->read_all(10s), "");  // dropped without an answer once the deadline passed
+    EXPECT_TRUE(c->closed_by_server());
+  }
+}
+
+TEST(AdminHttpServer, StopDoesNotWaitForIdleOrSlowClients) {
+  Recorder r;
+  auto server = echo_server(r);
+  server->start();
+  std::vector<std::unique_ptr<Client>> idle;
+  for (int i = 0; i < 16; ++i) {
+    idle.push_back(std::make_unique<Client>(server->port()));
+    idle.back()->send_all("GET /x HTTP/1.1\r\n");
+  }
+  auto stopped = std::async(std::launch::async, [&] { server->stop(); });
+  // Bounded by the read deadline of the check, not by the clients (they once held it 41 s).
+  EXPECT_EQ(stopped.wait_for(5s), std::future_status::ready);
+  for (auto& c : idle) {
+    c->read_all(5s);
+    EXPECT_TRUE(c->closed_by_server());
+  }
+}
+
+TEST(AdminHttpServer, MalformedRequestsGetAJsonError) {
+  Recorder r;
+  auto server = echo_server(r);
+  server->start();
+  for (const char* bad :
+       {"NONSENSE\r\n\r\n", "GET x HTTP/1.1\r\n\r\n", "GET /x HTTP/1.1\r\n bad fold\r\n\r\n",
+        "GET /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        "GET /x HTTP/1.1\r\nContent-Length: -1\r\n\r\n"}) {
+    Client c(server->port());
+    c.send_all(bad);
+    const auto response = c.read_all();
+    EXPECT_EQ(status_line(response), "HTTP/1.1 400 Bad Request") << bad;
+    EXPECT_NE(body_of(response).find("\"error\":"), std::string::npos) << bad;
+  }
+}
+
+TEST(AdminHttpServer, PercentDecoding) {
+  EXPECT_EQ(internal::percent_decode("a%2Fb%20c+d"), "a/b c+d");
+  EXPECT_EQ(internal::percent_decode("a+b", true), "a b");
+  EXPECT_EQ(internal::percent_decode("%zz"), std::nullopt);
+  EXPECT_EQ(internal::percent_decode("%4"), std::nullopt);
+}
+
+// The admin routes over the server: liveness while handlers are stuck, ids with '/'.
+TEST(AdminServerRoutes, HealthzAnswersWhileEveryWorkerIsBusyAndIdsMayContainSlashes) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> blocked{0};
+  std::string replayed;
+  std::mutex m;
+  AdminHandlers h;
+  h.check_ready = [&] {
+    ++blocked;
+    released.wait();
+  };
+  h.metrics = [] { return std::string("m 1\n"); };
+  h.status_json = [] { return std::string("{}"); };
+  h.dead_json = [](auto, auto, int) { return std::string("[]"); };
+  h.replay = [&](const std::string& id) {
+    std::lock_guard lock(m);
+    replayed = id;
+    return true;
+  };
+  AdminServer server("127.0.0.1", 0, "tok", std::move(h));
+  server.start();
+  std::vector<std::unique_ptr<Client>> stuck;
+  for (int i = 0; i < 8; ++i) {  // more than the workers: every one of them blocks
+    stuck.push_back(std::make_unique<Client>(server.port()));
+    stuck.back()->send_all("GET /readyz HTTP/1.1\r\n\r\n");
+  }
+  Client live(server.port());
+  live.send_all("GET /healthz HTTP/1.1\r\n\r\n");
+  EXPECT_EQ(body_of(live.read_all()), "ok\n");
+  release.set_value();
+  for (auto& c : stuck) {
+    EXPECT_EQ(status_line(c->read_all()), "HTTP/1.1 200 OK");
+  }
+  Client replay(server.port());
+  replay.send_all(
+      "POST /api/dead/tenant%2Fa%2F1/replay HTTP/1.1\r\nAuthorization: Bearer tok\r\n\r\n");
+  EXPECT_EQ(status_line(replay.read_all()), "HTTP/1.1 200 OK");
+  {
+    std::lock_guard lock(m);
+    EXPECT_EQ(replayed, "tenant/a/1");
+  }
+  Client unauthorised(server.port());
+  unauthorised.send_all("POST /api/dead/x/replay HTTP/1.1\r\n\r\n");
+  const auto refused = unauthorised.read_all();
+  EXPECT_EQ(status_line(refused), "HTTP/1.1 401 Unauthorized");
+  EXPECT_NE(body_of(refused).find("bearer token"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace outbox::relay
