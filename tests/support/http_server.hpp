@@ -15,6 +15,7 @@ namespace outbox::testing {
 /// One request as received.
 struct ReceivedRequest {
   std::string method, path, body;
+  std::string target;  ///< as sent: not percent-decoded, with the query
   httplib::Headers headers;
   std::string header(const std::string& name) const {
     auto it = headers.find(name);
@@ -31,7 +32,7 @@ class HttpTestServer {
   /// With `record` false only the count is kept (benchmarks: memory stays flat).
   explicit HttpTestServer(bool record = true) {
     auto handler = [this, record](const httplib::Request& req, httplib::Response& res) {
-      ReceivedRequest r{req.method, req.path, req.body, req.headers};
+      ReceivedRequest r{req.method, req.path, req.body, req.target, req.headers};
       Responder responder;
       {
         std::lock_guard lock(mutex_);
