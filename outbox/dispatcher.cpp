@@ -149,6 +149,16 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::try_enqueue_cold(QueuedEvent e
 
 OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, bool hot,
                                                           bool reserved) {
+  event.batchable = false;
+  if (options_.max_batch_size > 1) {
+    try {  // looked up here, outside the queue lock: it is the caller's code
+      event.batchable =
+          options_.listeners->batch_listener_for(event.envelope.aggregate_type(),
+                                                 event.envelope.event_type()) != nullptr;
+    } catch (const std::exception&) {
+      event.batchable = false;  // process_batch logs the failure when it looks again
+    }
+  }
   int hot_depth;
   int cold_depth;
   {
@@ -302,7 +312,14 @@ void OutboxDispatcher::worker_loop() {
       // 2:1 hot:cold when both have work, so a steady hot stream cannot starve the poller.
       const bool take_hot = !hot_.empty() && (cold_.empty() || fairness_tick_++ % 3 != 2);
       auto& queue = take_hot ? hot_ : cold_;
+      // Events a batch listener takes travel together; any other goes alone, so a slow single
+      // listener holds one worker for one event and idle workers take the next ones (a worker
+      // once ran a whole batch of webhooks one after another, far past drain_timeout).
       while (!queue.empty() && events.size() < options_.max_batch_size) {
+        if (!queue.front().batchable && !events.empty()) {
+          break;
+        }
+        const bool alone = !queue.front().batchable;
         if (claim_lapsed(queue.front())) {
           lapsed.push_back(queue.front().envelope.event_id());
         } else {
@@ -310,6 +327,9 @@ void OutboxDispatcher::worker_loop() {
           events.push_back(std::move(queue.front()));
         }
         queue.pop_front();
+        if (alone && !events.empty()) {
+          break;
+        }
       }
       expired_dropped_ += lapsed.size();
       hot_depth = static_cast<int>(hot_.size());

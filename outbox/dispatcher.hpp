@@ -44,6 +44,9 @@ struct QueuedEvent {
   /// The begin_scan() token of the poll cycle that read the row (cold events). Unset: not read by
   /// a tracked cycle.
   std::optional<std::uint64_t> scan_token;
+  /// Set by the dispatcher when queued: a batch listener takes this event. Events without one go
+  /// to a worker alone, so a worker never runs several single listeners one after another.
+  bool batchable = false;
 };
 
 /// Runs listeners for queued events and records DONE / RETRY / DEAD. Thread-safe.

@@ -45,6 +45,14 @@ class Publisher {
   virtual ~Publisher() = default;
   /// Publishes every request and waits for the outcome; one result per request, same order.
   virtual std::vector<PublishResult> publish(std::span<const PublishRequest> batch) = 0;
+  /// Irreversibly makes publish calls in progress end promptly, and later ones return at once,
+  /// with cancelled() results: bounds a shutdown. Thread-safe. The default does nothing.
+  virtual void cancel() noexcept {}
+  /// The result of a publish ended by cancel(): Retriable, due again at once, no attempt counted.
+  static PublishResult cancelled(const std::string& who) {
+    return PublishResult::retriable(who + ": cancelled, the relay is stopping",
+                                    std::chrono::milliseconds(1));
+  }
 };
 
 /// The event as one JSON object: {"event_id", "event_type", "aggregate_type", "aggregate_id",

@@ -246,6 +246,35 @@ TEST_F(DispatcherTest, RetryLaterDefersWithoutCountingOrCountsWhenAsked) {
   ASSERT_TRUE(wait_status("c1", EventStatus::Dead));
 }
 
+TEST_F(DispatcherTest, EventsWithoutABatchListenerGoToWorkersOneByOne) {
+  // Slow single listeners (webhooks) with a large batch: each event must get its own worker,
+  // not wait behind others in one worker's batch while workers sit idle.
+  std::atomic<int> running{0}, peak{0};
+  listeners->register_listener(EventType::of("Slow"), [&](const EventEnvelope&) {
+    const int now = ++running;
+    int seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+    wait_until([&] { return peak.load() >= 4; }, 10s);
+    --running;
+  });
+  auto o = options();
+  o.worker_count = 8;
+  o.max_batch_size = 100;
+  o.cold_queue_capacity = 100;
+  std::vector<EventEnvelope> events;
+  for (int i = 0; i < 16; ++i) {
+    events.push_back(committed("Slow", "s" + std::to_string(i)));
+  }
+  OutboxDispatcher d(o);
+  for (const auto& e : events) {
+    ASSERT_TRUE(d.enqueue_cold(queued(e)));
+  }
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_success == 16; }));
+  EXPECT_GE(peak.load(), 4);
+  d.close();
+}
+
 TEST_F(DispatcherTest, RetryLaterWithoutAWaitCountsTheAttemptAndBacksOff) {
   listeners->register_listener(EventType::of("Now"), [](const EventEnvelope&) {
     throw RetryLater(std::chrono::milliseconds(0), "again");

@@ -184,6 +184,35 @@ TEST_F(RelayHardening, ASecondSignalEndsADrainThatCannotFinish) {
   cv.notify_all();
 }
 
+TEST_F(RelayHardening, DrainTimeoutBoundsAPublishAlreadyInProgress) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  testing::HttpTestServer http;
+  http.respond([&](const testing::ReceivedRequest&, httplib::Response&) {
+    std::unique_lock lock(m);
+    cv.wait_for(lock, 60s, [&] { return release; });
+  });
+  const auto e = event("CustomerChanged", "c-1");
+  store->insert_batch(*pool->acquire(), {e});
+  RelayProcess relay(dir, webhook_config(http.url("/in"), "[dispatcher]\ndrain_timeout = \"1s\"\n",
+                                         "request_timeout = \"1h\"\n"));
+  ASSERT_TRUE(wait_until([&] { return http.count() == 1; })) << relay.log();
+  // Once the stop waited for the request's whole hour; now the drain budget cancels it.
+  EXPECT_EQ(relay.terminate(), 0);
+  EXPECT_NE(relay.log().find("cancelling publishes still in progress"), std::string::npos)
+      << relay.log();
+  const auto after = row(e.event_id());
+  EXPECT_EQ(after->status, EventStatus::Retry);
+  EXPECT_EQ(after->attempts, 0);  // the relay stopped; the receiver did not fail
+  EXPECT_NE(after->last_error->find("cancelled"), std::string::npos) << *after->last_error;
+  {
+    std::lock_guard lock(m);
+    release = true;
+  }
+  cv.notify_all();
+}
+
 TEST_F(RelayHardening, AClosedStdoutIsARetriableFailureNotADeath) {
   std::ofstream(dir.file("stdout.toml")) << config(
       "[poller]\ninterval = \"100ms\"\n[admin]\nenabled = false\n[dispatcher]\n"

@@ -1,8 +1,10 @@
 #include "outbox/http/publisher.hpp"
 
 #include <curl/curl.h>
+
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <atomic>
 
 #include <algorithm>
 #include <array>
@@ -266,6 +268,7 @@ struct HttpPublisher::Impl {
   Options options;
   std::mutex idle_mutex;  // guards idle
   std::vector<CURL*> idle;
+  std::atomic<bool> cancelled{false};
 
   // Why an envelope header may not travel under `name` (a valid token), or nullptr. libcurl sends
   // a custom header in place of its own or next to ours, so any name the request already carries
@@ -315,8 +318,16 @@ struct HttpPublisher::Impl {
     idle.push_back(h);
   }
 
+  // libcurl calls this during a transfer (at least once a second): non-zero aborts it.
+  static int abort_if_cancelled(void* cancelled, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+    return static_cast<std::atomic<bool>*>(cancelled)->load() ? 1 : 0;
+  }
+
   PublishResult post(const std::string& url, const std::string& body, const char* content_type,
                      const std::vector<std::pair<std::string, std::string>>& extra) {
+    if (cancelled) {
+      return Publisher::cancelled("http");
+    }
     if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
       return PublishResult::permanent("http: target '" + url +
                                       "' does not start with http:// or https://");
@@ -359,11 +370,17 @@ struct HttpPublisher::Impl {
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &retry_after);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "outbox-relay");
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, abort_if_cancelled);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, &cancelled);
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     const CURLcode code = curl_easy_perform(h);
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, nullptr);
     give_back(h);
+    if (code == CURLE_ABORTED_BY_CALLBACK) {
+      return Publisher::cancelled("http");
+    }
     if (code != CURLE_OK) {
       return classify_curl(code, error);
     }
@@ -487,6 +504,10 @@ HttpPublisher::HttpPublisher(Options options) : impl_(std::make_unique<Impl>()) 
 }
 
 HttpPublisher::~HttpPublisher() = default;
+
+void HttpPublisher::cancel() noexcept {
+  impl_->cancelled = true;
+}
 
 std::vector<PublishResult> HttpPublisher::publish(std::span<const PublishRequest> batch) {
   if (impl_->options.mode == Mode::Batch) {

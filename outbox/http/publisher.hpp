@@ -52,6 +52,8 @@ class HttpPublisher final : public Publisher {
   HttpPublisher& operator=(const HttpPublisher&) = delete;
 
   std::vector<PublishResult> publish(std::span<const PublishRequest> batch) override;
+  /// Aborts transfers in progress (within about a second) and refuses new ones.
+  void cancel() noexcept override;
 
  private:
   struct Impl;

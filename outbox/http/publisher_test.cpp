@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <ctime>
+#include <future>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "tests/support/http_server.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace outbox::http {
 namespace {
@@ -571,6 +573,39 @@ TEST(HttpPublisher, RejectsBadOptions) {
   EXPECT_THROW(HttpPublisher({.request_timeout = std::chrono::milliseconds(0)}),
                std::invalid_argument);
   EXPECT_THROW(HttpPublisher({.headers = {{"X-A", "a\r\nInjected: 1"}}}), std::invalid_argument);
+}
+
+TEST(HttpPublisher, CancelEndsATransferThatWouldTakeAnHour) {
+  std::mutex m;
+  std::condition_variable cv;
+  bool release = false;
+  testing::HttpTestServer server;
+  server.respond([&](const testing::ReceivedRequest&, httplib::Response&) {
+    std::unique_lock lock(m);
+    cv.wait_for(lock, std::chrono::seconds(60), [&] { return release; });
+  });
+  HttpPublisher publisher({.request_timeout = std::chrono::hours(1)});
+  auto e = event(1);
+  std::promise<PublishResult> done;
+  auto result = done.get_future();
+  std::thread posting([&] {
+    done.set_value(publisher.publish(std::vector<PublishRequest>{{&e, server.url("/slow")}}).at(0));
+  });
+  ASSERT_TRUE(testing::wait_until([&] { return server.count() == 1; }));
+  publisher.cancel();
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  posting.join();
+  const auto r = result.get();
+  EXPECT_EQ(r.kind, Kind::Retriable);
+  EXPECT_NE(r.reason.find("cancelled"), std::string::npos) << r.reason;
+  EXPECT_EQ(publisher.publish(std::vector<PublishRequest>{{&e, server.url("/x")}}).at(0).reason,
+            r.reason);
+  EXPECT_EQ(server.count(), 1u);  // nothing sent after cancel()
+  {
+    std::lock_guard lock(m);
+    release = true;
+  }
+  cv.notify_all();
 }
 
 }  // namespace

@@ -100,6 +100,7 @@ struct KafkaPublisher::Impl {
   rd_kafka_t* producer = nullptr;
   std::chrono::milliseconds delivery_timeout;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> cancelled{false};
   std::thread poller;  // serves delivery reports and logs
 
   ~Impl() {
@@ -142,6 +143,16 @@ KafkaPublisher::KafkaPublisher(Options options) : impl_(std::make_unique<Impl>()
   for (const auto& [key, value] : options.properties) {
     set(key, value);
   }
+  // 0 means "wait forever" to librdkafka: a publish (and the relay's drain) would never end.
+  char timeout[32];
+  std::size_t timeout_size = sizeof timeout;
+  if (rd_kafka_conf_get(conf, "message.timeout.ms", timeout, &timeout_size) == RD_KAFKA_CONF_OK &&
+      std::string_view(timeout) == "0") {
+    rd_kafka_conf_destroy(conf);
+    throw std::invalid_argument(
+        "KafkaPublisher: message.timeout.ms = 0 (never time out) is refused: every publish needs "
+        "a deadline");
+  }
   rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
   rd_kafka_conf_set_log_cb(conf, on_log);
   impl_->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
@@ -159,12 +170,24 @@ KafkaPublisher::KafkaPublisher(Options options) : impl_(std::make_unique<Impl>()
 
 KafkaPublisher::~KafkaPublisher() = default;
 
+void KafkaPublisher::cancel() noexcept {
+  impl_->cancelled = true;
+  // Every message still queued or in flight gets its delivery report now (as purged), so the
+  // publish calls waiting for them return; their events are retried (a broker may still have
+  // stored some: at-least-once).
+  rd_kafka_purge(impl_->producer, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+}
+
 std::vector<PublishResult> KafkaPublisher::publish(std::span<const PublishRequest> batch) {
   PendingBatch pending;
   pending.results.resize(batch.size());
   std::vector<Slot> slots(batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const EventEnvelope& event = *batch[i].event;
+    if (impl_->cancelled) {
+      pending.results[i] = Publisher::cancelled("kafka");
+      continue;
+    }
     if (batch[i].target.empty()) {
       pending.results[i] = PublishResult::permanent("kafka: no topic for event");
       continue;
@@ -225,8 +248,16 @@ std::vector<PublishResult> KafkaPublisher::publish(std::span<const PublishReques
     }
   }
   std::unique_lock lock(pending.mutex);
-  // Every produced message gets exactly one delivery report (success, error, timeout or purge).
+  // Every produced message gets exactly one delivery report (success, error, timeout or purge)
+  // within message.timeout.ms, or at once after cancel().
   pending.done.wait(lock, [&] { return pending.remaining == 0; });
+  if (impl_->cancelled) {
+    for (auto& r : pending.results) {
+      if (!r.is_ok()) {
+        r = Publisher::cancelled("kafka");
+      }
+    }
+  }
   return std::move(pending.results);
 }
 

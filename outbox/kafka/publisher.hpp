@@ -33,8 +33,8 @@ class KafkaPublisher final : public Publisher {
     std::chrono::milliseconds delivery_timeout{30000};  ///< message.timeout.ms; > 0
   };
 
-  /// Creates the producer. Throws std::invalid_argument for a missing broker list or a setting
-  /// librdkafka rejects (its message names the setting).
+  /// Creates the producer. Throws std::invalid_argument for a missing broker list, a setting
+  /// librdkafka rejects (its message names the setting) or message.timeout.ms = 0.
   explicit KafkaPublisher(Options options);
   /// Flushes for up to delivery_timeout; messages still unacknowledged then fail as retriable.
   ~KafkaPublisher() override;
@@ -45,6 +45,9 @@ class KafkaPublisher final : public Publisher {
   /// Broker rejections of the message itself (too large, invalid, not authorised) are Permanent;
   /// timeouts and transport errors Retriable.
   std::vector<PublishResult> publish(std::span<const PublishRequest> batch) override;
+  /// Purges queued and in-flight messages (their publish calls return at once) and refuses new
+  /// ones.
+  void cancel() noexcept override;
 
  private:
   struct Impl;

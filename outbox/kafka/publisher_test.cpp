@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <future>
 #include <map>
 #include <thread>
 
@@ -142,6 +143,41 @@ TEST(KafkaPublisher, EnvelopeHeadersCannotPassForOutboxHeaders) {
   EXPECT_EQ(messages[0].offset, 0);
   EXPECT_EQ(messages[0].headers.at(kHeaderEventId), ordinary.event_id());
   EXPECT_EQ(messages[0].headers.at("traceparent"), "00-abc-def-01");
+}
+
+TEST(KafkaPublisher, NeverTimingOutIsRefused) {
+  // message.timeout.ms = 0 is "infinite" to librdkafka: a publish (and a drain) that never ends.
+  for (const char* key : {"message.timeout.ms", "delivery.timeout.ms"}) {
+    try {
+      KafkaPublisher p({.brokers = "x:1", .properties = {{key, "0"}}});
+      ADD_FAILURE() << key;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("message.timeout.ms = 0"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(KafkaPublisher, CancelEndsAPublishWaitingForAnUnreachableBroker) {
+  KafkaPublisher nowhere({.brokers = "127.0.0.1:1", .delivery_timeout = std::chrono::hours(1)});
+  auto e = event("a", 1);
+  std::promise<std::vector<PublishResult>> done;
+  auto result = done.get_future();
+  std::thread publishing([&] {
+    done.set_value(nowhere.publish(std::vector<PublishRequest>{{&e, "t"}}));
+  });
+  nowhere.cancel();
+  // Without cancel() this waits the hour of message.timeout.ms; the bound only detects a hang.
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(30)), std::future_status::ready);
+  publishing.join();
+  const auto r = result.get();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].kind, PublishResult::Kind::Retriable);
+  EXPECT_NE(r[0].reason.find("cancelled"), std::string::npos) << r[0].reason;
+  EXPECT_EQ(r[0].retry_after, std::chrono::milliseconds(1));
+  // Later calls return at once.
+  EXPECT_NE(nowhere.publish(std::vector<PublishRequest>{{&e, "t"}}).at(0).reason.find("cancelled"),
+            std::string::npos);
 }
 
 TEST(KafkaPublisher, RejectsBadSettingsWithTheirName) {

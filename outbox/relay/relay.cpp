@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <mutex>
+#include <thread>
 
 #include "outbox/detect/detect.hpp"
 #include "outbox/errors.hpp"
@@ -296,7 +298,29 @@ void Relay::stop() {
     return;
   }
   impl_->stopped = true;
+  // drain_timeout bounds the whole drain: publishes still running when it passes are cancelled
+  // (their events are retried by the next relay), so a stalled receiver cannot hold the stop.
+  std::mutex watchdog_mutex;
+  std::condition_variable watchdog_wake;
+  bool closed = false;
+  std::thread watchdog([&] {
+    std::unique_lock lock(watchdog_mutex);
+    if (!watchdog_wake.wait_for(lock, impl_->config.dispatcher.drain_timeout,
+                                [&] { return closed; })) {
+      log(LogLevel::Warning,
+          "dispatcher.drain_timeout passed: cancelling publishes still in progress");
+      for (auto& [name, publisher] : impl_->publishers) {
+        publisher->cancel();
+      }
+    }
+  });
   impl_->outbox->close();  // poller first, then the dispatcher drains
+  {
+    std::lock_guard lock(watchdog_mutex);
+    closed = true;
+  }
+  watchdog_wake.notify_all();
+  watchdog.join();
   if (impl_->admin) {
     impl_->admin->stop();
   }
