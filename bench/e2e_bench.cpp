@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -407,6 +408,24 @@ struct Bench {
              std::to_string(metrics->snapshot().dispatch_success) + ", rss " +
              std::to_string(peak_rss_mb()) + " MB";
     });
+    // The WAL's largest size during the run (SQLite): a checkpoint policy that falls behind shows
+    // here first.
+    std::atomic<std::uintmax_t> peak_wal{0};
+    std::atomic<bool> sampling{true};
+    std::thread wal_sampler([&] {
+      if (cfg.db.rfind("sqlite://", 0) != 0) {
+        return;
+      }
+      const std::string wal = cfg.db.substr(9) + "-wal";
+      while (sampling) {
+        std::error_code ec;
+        const auto size = std::filesystem::file_size(wal, ec);
+        if (!ec && size > peak_wal) {
+          peak_wal = size;
+        }
+        std::this_thread::sleep_for(10ms);  // the sampling period
+      }
+    });
     double write_secs = 0;
     Clock::time_point start;
     std::unique_ptr<outbox::Outbox> ob;
@@ -462,6 +481,8 @@ struct Bench {
     }
     const double total_secs = std::chrono::duration<double>(Clock::now() - start).count();
     ob->close();
+    sampling = false;
+    wal_sampler.join();
     std::vector<double> lat_us;
     lat_us.reserve(static_cast<std::size_t>(n));
     for (auto& l : latency_ns) {
@@ -478,6 +499,9 @@ struct Bench {
         cfg.per_tx, cfg.payload, cfg.workers, cfg.rate, write_secs > 0 ? n / write_secs : 0,
         delivered_rate, pct(lat_us, 0.50), pct(lat_us, 0.99), pct(lat_us, 0.999), duplicates.load(),
         n - delivered.load(), peak_rss_mb());
+    if (cfg.db.rfind("sqlite://", 0) == 0) {
+      std::printf(" peak_wal_mb=%.1f", static_cast<double>(peak_wal.load()) / (1024.0 * 1024.0));
+    }
     if (cfg.floor && cfg.mode == "drain") {
       std::printf(" floor_drain/s=%.0f ratio=%.2f", floor_rate, delivered_rate / floor_rate);
     } else if (cfg.floor) {

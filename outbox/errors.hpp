@@ -1,5 +1,5 @@
 #pragma once
-// Exceptions of the caller-facing API (DESIGN.md §3).
+// Exceptions of the caller-facing API.
 
 #include <chrono>
 #include <stdexcept>

@@ -19,7 +19,7 @@ struct PublishRequest {
 };
 
 /// How one event's publication ended. A Permanent failure goes DEAD at once, a Retriable one is
-/// retried with backoff (DESIGN.md §3) or after retry_after.
+/// retried with backoff or after retry_after.
 struct PublishResult {
   enum class Kind { Ok, Retriable, Permanent };
   Kind kind = Kind::Ok;

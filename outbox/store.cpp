@@ -1,6 +1,7 @@
 #include "outbox/store.hpp"
 
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 
 namespace outbox {
@@ -101,6 +102,20 @@ EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec) {
     builder.payload_bytes(std::vector<std::uint8_t>(row.payload.begin(), row.payload.end()));
   }
   return builder.build();
+}
+
+std::string derived_name(std::string_view table, std::string_view suffix) {
+  constexpr std::size_t kLimit = 63;
+  if (table.size() + suffix.size() <= kLimit) {
+    return std::string(table) + std::string(suffix);
+  }
+  std::uint32_t hash = 2166136261U;  // FNV-1a: stable across builds and platforms
+  for (const char c : table) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 16777619U;
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", hash);
+  return std::string(table.substr(0, kLimit - suffix.size() - 9)) + "_" + hex + std::string(suffix);
 }
 
 }  // namespace outbox

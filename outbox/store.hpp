@@ -167,4 +167,9 @@ EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec);
 namespace outbox {
 /// Throws std::invalid_argument unless `name` matches ^[A-Za-z_][A-Za-z0-9_]{0,62}$.
 void validate_table_name(std::string_view name);
+
+/// The name of an index or constraint of `table`: table + suffix when it fits 63 characters
+/// (PostgreSQL cuts longer names, so two would collide; MariaDB refuses them), otherwise a
+/// prefix of the table, a hash of the whole name, and the suffix.
+std::string derived_name(std::string_view table, std::string_view suffix);
 }  // namespace outbox

@@ -155,8 +155,11 @@ TEST_F(DispatcherTest, BatchListenerGetsQueuedEventsTogetherWithPerEventOutcomes
   ASSERT_TRUE(wait_status("n0", EventStatus::Dead));
   ASSERT_TRUE(wait_status("s0", EventStatus::Done));
   d.close();
-  ASSERT_EQ(calls.size(), 1u);
-  EXPECT_EQ(calls[0], (std::vector<std::string>{"b0", "b1", "b2", "b3", "b4", "b5"}));
+  // A run of events a batch listener takes travels together; an event without one goes alone
+  // (so a slow single listener never holds a worker's whole batch), which ends the run.
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_EQ(calls[0], (std::vector<std::string>{"b0", "b1", "b2"}));
+  EXPECT_EQ(calls[1], (std::vector<std::string>{"b3", "b4", "b5"}));
   EXPECT_EQ(singles.load(), 1);
   EXPECT_EQ(status("b0"), EventStatus::Done);
   EXPECT_EQ(status("b1"), EventStatus::Retry);

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "outbox/errors.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/store.hpp"
 
@@ -92,7 +93,8 @@ void create_schema_for(sql::Connection& conn, const std::string& table) {
 }
 
 std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size_t max_size,
-                                               bool create_sqlite_file) {
+                                               bool create_sqlite_file,
+                                               const sql::NetworkTimeouts& timeouts) {
   auto starts = [&](std::string_view prefix) { return url.rfind(prefix, 0) == 0; };
   if (starts("sqlite://")) {
 #ifdef OUTBOX_HAVE_SQLITE
@@ -108,14 +110,14 @@ std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size
   if (starts("postgresql://") || starts("postgres://") ||
       (url.find('=') != std::string::npos && url.find("://") == std::string::npos)) {
 #ifdef OUTBOX_HAVE_POSTGRES
-    return postgres::make_pool(url, max_size);
+    return postgres::make_pool(url, max_size, timeouts);
 #else
     unsupported("postgres");
 #endif
   }
   if (starts("mysql://") || starts("mariadb://")) {
 #ifdef OUTBOX_HAVE_MYSQL
-    return mysql::make_pool(url, max_size);
+    return mysql::make_pool(url, max_size, timeouts);
 #else
     unsupported("mysql");
 #endif
@@ -124,8 +126,64 @@ std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size
                               ":…': use sqlite:///path.db, postgresql://… or mysql://…");
 }
 
+namespace {
+
+// Serializes concurrent migrations of one database (two `outbox migrate` runs, or relays
+// starting together): without it both create the same objects and one fails.
+class MigrationLock {
+ public:
+  explicit MigrationLock(sql::Connection& conn) : conn_(conn), dialect_(conn.dialect()) {
+    if (dialect_ == "mysql") {
+      // DDL commits implicitly in MariaDB, so a transaction cannot hold this: a named lock can.
+      const auto rows = conn_.query("SELECT GET_LOCK('outbox_migrate', 300)");
+      if (rows.empty() || rows[0].is_null(0) || rows[0].get_int(0) != 1) {
+        throw StoreError("migrate: another migration held the lock for 5 minutes", "55P03");
+      }
+      return;
+    }
+    // PostgreSQL and SQLite: DDL is transactional; the whole migration is one transaction,
+    // begun under an advisory lock (PostgreSQL) or the write lock (SQLite's BEGIN IMMEDIATE).
+    conn_.begin();
+    if (dialect_ == "postgres") {
+      try {
+        conn_.query("SELECT pg_advisory_xact_lock(7100534263114217)");
+      } catch (...) {
+        conn_.rollback();
+        throw;
+      }
+    }
+  }
+  void commit() {
+    if (dialect_ != "mysql") {
+      conn_.commit();
+    }
+    committed_ = true;
+  }
+  ~MigrationLock() {
+    try {
+      if (dialect_ == "mysql") {
+        conn_.query("SELECT RELEASE_LOCK('outbox_migrate')");
+      } else if (!committed_) {
+        conn_.rollback();
+      }
+    } catch (const std::exception&) {
+      // The session's end releases the lock (and rolls back) anyway.
+    }
+  }
+  MigrationLock(const MigrationLock&) = delete;
+  MigrationLock& operator=(const MigrationLock&) = delete;
+
+ private:
+  sql::Connection& conn_;
+  std::string dialect_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
 MigrationResult migrate(sql::Connection& conn, const std::string& table) {
   validate_table_name(table);
+  MigrationLock lock(conn);
   const std::span<const sql::Value> none;
   conn.execute(
       "CREATE TABLE IF NOT EXISTS outbox_schema_version (table_name VARCHAR(63) PRIMARY KEY, "
@@ -168,6 +226,7 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
                  none);
   }
   result.to = kSchemaVersion;
+  lock.commit();
   return result;
 }
 

@@ -32,8 +32,10 @@ void create_schema_for(sql::Connection& conn, const std::string& table = "outbox
 /// std::invalid_argument for an unknown scheme or an engine not in this build, outbox::StoreError
 /// when the first connection fails. With `create_sqlite_file` false a missing SQLite file is an
 /// error instead of a new empty database (for tools that only read or change existing rows).
+/// `timeouts` apply to PostgreSQL and MariaDB (a PostgreSQL URL's own settings win).
 std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size_t max_size = 8,
-                                               bool create_sqlite_file = true);
+                                               bool create_sqlite_file = true,
+                                               const sql::NetworkTimeouts& timeouts = {});
 
 /// The schema version this build creates.
 inline constexpr int kSchemaVersion = 2;

@@ -2,7 +2,10 @@
 
 #include <errmsg.h>
 #include <mysql.h>
+#include <sys/socket.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -184,6 +187,21 @@ class MyConnection final : public sql::Connection {
     return (status & SERVER_STATUS_AUTOCOMMIT) != 0;
   }
   bool is_broken() const override { return broken_; }
+  bool alive(std::chrono::milliseconds idle_for) noexcept override {
+    if (broken_) {
+      return false;
+    }
+    // A server that restarted or killed the session closed the socket: a non-blocking peek
+    // sees EOF (or its error packet) without a round trip.
+    const int fd = static_cast<int>(mysql_get_socket(conn_));
+    char byte;
+    const ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) || n > 0) {
+      return false;  // an idle session has nothing to read unless the server is saying goodbye
+    }
+    // Long idle: ask (a host that vanished sends nothing at all).
+    return idle_for < std::chrono::seconds(10) || mysql_ping(conn_) == 0;
+  }
 
  private:
   [[noreturn]] void fail(unsigned err, const char* sqlstate, const char* message,
@@ -417,7 +435,14 @@ std::unique_ptr<sql::Connection> connect(const ConnectOptions& o) {
   if (conn == nullptr) {
     throw StoreError("mysql: out of memory creating a connection");
   }
-  mysql_options(conn, MYSQL_OPT_CONNECT_TIMEOUT, &o.connect_timeout_s);
+  auto seconds = [](std::chrono::milliseconds d) {
+    return static_cast<unsigned>(std::max<std::int64_t>(1, (d.count() + 999) / 1000));
+  };
+  const unsigned connect_s = seconds(o.timeouts.connect), io_s = seconds(o.timeouts.io);
+  mysql_options(conn, MYSQL_OPT_CONNECT_TIMEOUT, &connect_s);
+  // Without these a read from a server that vanished waits forever (and so does a relay's stop).
+  mysql_options(conn, MYSQL_OPT_READ_TIMEOUT, &io_s);
+  mysql_options(conn, MYSQL_OPT_WRITE_TIMEOUT, &io_s);
   mysql_options(conn, MYSQL_SET_CHARSET_NAME, "utf8mb4");
   if (mysql_real_connect(conn, o.host.c_str(), o.user.c_str(), o.password.c_str(),
                          o.database.c_str(), o.port, nullptr, CLIENT_FOUND_ROWS) == nullptr) {
@@ -433,6 +458,11 @@ std::unique_ptr<sql::Connection> connect(const ConnectOptions& o) {
   // locks that would stall concurrent inserts.
   wrapped->execute("SET SESSION time_zone = '+00:00'");
   wrapped->execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+  // Strict, whatever the server's default: a value too long for its column is an error, never
+  // silently cut (a cut event id once delivered one event under two ids).
+  wrapped->execute(
+      "SET SESSION sql_mode = CONCAT(@@SESSION.sql_mode, IF(@@SESSION.sql_mode = '', '', ','), "
+      "'STRICT_ALL_TABLES')");
   return wrapped;
 }
 
@@ -447,8 +477,10 @@ std::unique_ptr<sql::Connection> wrap(st_mysql* conn) {
   return std::make_unique<MyConnection>(conn, false);
 }
 
-std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& url, std::size_t max_size) {
+std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& url, std::size_t max_size,
+                                               const sql::NetworkTimeouts& timeouts) {
   auto options = parse_url(url);
+  options.timeouts = timeouts;
   return std::make_shared<sql::ConnectionPool>(sql::ConnectionPool::Options{
       .factory = [options] { return connect(options); },
       .max_size = max_size,

@@ -19,7 +19,7 @@ struct ConnectOptions {
   std::string user = "root";
   std::string password;
   std::string database;
-  unsigned connect_timeout_s = 10;
+  sql::NetworkTimeouts timeouts;  ///< connect, and each read and write (io); whole seconds
 };
 
 /// Parses mysql://user:password@host:port/database (also mariadb://). The password may instead come
@@ -27,8 +27,9 @@ struct ConnectOptions {
 /// std::invalid_argument on a malformed URL.
 ConnectOptions parse_url(const std::string& url, const char* password_env = "OUTBOX_DB_PASSWORD");
 
-/// Opens a connection: UTC session time zone, READ COMMITTED, "found rows" counts for UPDATE.
-/// Throws outbox::StoreError.
+/// Opens a connection: UTC session time zone, READ COMMITTED, strict SQL mode (too long a value
+/// is an error, never cut), "found rows" counts for UPDATE, connect/read/write timeouts. Throws
+/// outbox::StoreError.
 std::unique_ptr<sql::Connection> connect(const ConnectOptions& options);
 std::unique_ptr<sql::Connection> connect(const std::string& url);
 
@@ -37,6 +38,7 @@ std::unique_ptr<sql::Connection> connect(const std::string& url);
 std::unique_ptr<sql::Connection> wrap(st_mysql* conn);
 
 /// A pool of connections to one database.
-std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& url, std::size_t max_size = 8);
+std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& url, std::size_t max_size = 8,
+                                               const sql::NetworkTimeouts& timeouts = {});
 
 }  // namespace outbox::mysql

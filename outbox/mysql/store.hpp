@@ -2,6 +2,7 @@
 // The MariaDB/MySQL OutboxStore, schema and purgers: DATETIME(6) in UTC, JSON, TINYINT, and
 // indexed generated columns standing in for the partial indexes these engines lack.
 
+#include <atomic>
 #include <string>
 
 #include "outbox/json_codec.hpp"
@@ -75,8 +76,10 @@ class MySqlOutboxStore final : public OutboxStore {
   int reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
                  std::chrono::milliseconds delay, std::string_view message, bool count_attempt,
                  std::string_view owner);
+  std::size_t packet_budget(sql::Connection& conn);
   Options options_;
   std::string select_;
+  std::atomic<std::size_t> packet_budget_{0};  // bytes per INSERT; 0: not asked yet
 };
 
 /// Deletes DONE rows done before `before` and DEAD rows that became DEAD before it (done_at; a

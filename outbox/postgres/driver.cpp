@@ -1,14 +1,18 @@
 #include "outbox/postgres/driver.hpp"
 
 #include <libpq-fe.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <unordered_map>
 #include <utility>
 
 #include "outbox/errors.hpp"
 #include "outbox/internal/redact.hpp"
+#include "outbox/log.hpp"
 
 namespace outbox::postgres {
 namespace {
@@ -118,6 +122,17 @@ class PgConnection final : public sql::Connection {
   }
   std::string_view dialect() const override { return "postgres"; }
   bool is_broken() const override { return PQstatus(conn_) == CONNECTION_BAD; }
+  bool alive(std::chrono::milliseconds) noexcept override {
+    // Non-blocking: takes in what a restarted or stopping server sent (its termination notice,
+    // NOTIFYs), then looks for the end of the stream it left behind.
+    if (PQstatus(conn_) == CONNECTION_BAD || PQconsumeInput(conn_) == 0 ||
+        PQstatus(conn_) == CONNECTION_BAD) {
+      return false;
+    }
+    char byte;
+    const ssize_t n = recv(PQsocket(conn_), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+  }
 
  private:
   [[noreturn]] void fail(const PGresult* res, std::string_view sql) const {
@@ -171,7 +186,10 @@ class PgConnection final : public sql::Connection {
     }
     // A generic plan assumes LIMIT $n returns a tenth of the table and may then sort the whole
     // backlog on every claim; such statements are planned per execution with the real limit.
-    const bool plan_each_time = sql.find("LIMIT $") != std::string_view::npos;
+    // A caller-owned session is the caller's: its pool may DISCARD ALL or PQreset it (and
+    // PgBouncer may move it between backends), dropping named statements behind our back, so
+    // wrapped connections never keep any.
+    const bool plan_each_time = !owned_ || sql.find("LIMIT $") != std::string_view::npos;
     const std::string* name =
         plan_each_time ? nullptr : &prepare(sql, static_cast<int>(params.size()));
     // Text parameters must be NUL-terminated: keep owned copies alive for the call.
@@ -208,12 +226,34 @@ class PgConnection final : public sql::Connection {
                                 nullptr, values.data(), lengths.data(), formats.data(), 0),
                    sql);
     }
-    return check(PQexecPrepared(conn_, name->c_str(), static_cast<int>(params.size()),
-                                values.data(), lengths.data(), formats.data(), 0),
-                 sql);
+    ResultPtr res(PQexecPrepared(conn_, name->c_str(), static_cast<int>(params.size()),
+                                 values.data(), lengths.data(), formats.data(), 0),
+                  &PQclear);
+    if (statement_missing(res.get())) {
+      // The session lost its prepared statements (DISCARD ALL, DEALLOCATE ALL): forget ours. In
+      // a transaction the error has aborted it, so it is reported; otherwise run it again.
+      statements_.clear();
+      if (PQtransactionStatus(conn_) == PQTRANS_IDLE) {
+        name = &prepare(sql, static_cast<int>(params.size()));
+        return check(PQexecPrepared(conn_, name->c_str(), static_cast<int>(params.size()),
+                                    values.data(), lengths.data(), formats.data(), 0),
+                     sql);
+      }
+    }
+    return check(res.release(), sql);
+  }
+
+  static bool statement_missing(const PGresult* res) {
+    const char* state = res != nullptr ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : nullptr;
+    return state != nullptr && std::string_view(state) == "26000";
   }
 
   const std::string& prepare(std::string_view sql, int nparams) {
+    // A reset connection (PQreset) is a new server session without our statements.
+    if (const int pid = PQbackendPID(conn_); pid != backend_pid_) {
+      statements_.clear();
+      backend_pid_ = pid;
+    }
     auto it = statements_.find(sql);
     if (it != statements_.end()) {
       return it->second;
@@ -275,13 +315,26 @@ class PgConnection final : public sql::Connection {
   bool begun_ = false;  // between begin() and commit()/rollback()
   std::uint64_t instance_;
   std::uint64_t statement_counter_ = 0;  // names are never reused, even after DEALLOCATE
+  int backend_pid_ = 0;                  // the server session statements_ belong to
   std::unordered_map<std::string, std::string, SqlHash, std::equal_to<>> statements_;
 };
 
 }  // namespace
 
-std::unique_ptr<sql::Connection> connect(const std::string& conninfo) {
-  PGconn* conn = PQconnectdb(conninfo.c_str());
+std::unique_ptr<sql::Connection> connect(const std::string& conninfo,
+                                         const sql::NetworkTimeouts& timeouts) {
+  // Defaults first: the connection string, expanded after them, overrides any of them.
+  const std::string connect_s =
+      std::to_string(std::max<std::int64_t>(1, (timeouts.connect.count() + 999) / 1000));
+  const std::string idle_s =
+      std::to_string(std::max<std::int64_t>(1, (timeouts.keepalive_idle.count() + 999) / 1000));
+  const std::string io_ms = std::to_string(timeouts.io.count());
+  const char* keys[] = {
+      "connect_timeout",  "keepalives",       "keepalives_idle", "keepalives_interval",
+      "keepalives_count", "tcp_user_timeout", "dbname",          nullptr};
+  const char* values[] = {connect_s.c_str(), "1",    idle_s.c_str(), "10", "3", io_ms.c_str(),
+                          conninfo.c_str(),  nullptr};
+  PGconn* conn = PQconnectdbParams(keys, values, 1);
   if (conn == nullptr) {
     throw StoreError("postgres: out of memory creating a connection");
   }
@@ -293,6 +346,18 @@ std::unique_ptr<sql::Connection> connect(const std::string& conninfo) {
     }
     throw StoreError("postgres: cannot connect: " + msg, "08001");
   }
+  // Server notices (IF NOT EXISTS skips, a terminating backend's FATAL) go to our log, not
+  // straight to the process's stderr.
+  PQsetNoticeProcessor(
+      conn,
+      [](void*, const char* message) {
+        std::string text(message);
+        while (!text.empty() && text.back() == '\n') {
+          text.pop_back();
+        }
+        log(LogLevel::Debug, "postgres: " + text);
+      },
+      nullptr);
   return std::make_unique<PgConnection>(conn, true);
 }
 
@@ -303,9 +368,10 @@ std::unique_ptr<sql::Connection> wrap(pg_conn* conn) {
   return std::make_unique<PgConnection>(conn, false);
 }
 
-std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& conninfo, std::size_t max_size) {
+std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& conninfo, std::size_t max_size,
+                                               const sql::NetworkTimeouts& timeouts) {
   return std::make_shared<sql::ConnectionPool>(sql::ConnectionPool::Options{
-      .factory = [conninfo] { return connect(conninfo); },
+      .factory = [conninfo, timeouts] { return connect(conninfo, timeouts); },
       .max_size = max_size,
   });
 }

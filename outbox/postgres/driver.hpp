@@ -12,15 +12,19 @@ struct pg_conn;
 
 namespace outbox::postgres {
 
-/// Opens a connection from a libpq connection string or URI. Throws outbox::StoreError.
-std::unique_ptr<sql::Connection> connect(const std::string& conninfo);
+/// Opens a connection from a libpq connection string or URI, with connect_timeout, TCP
+/// keepalives and tcp_user_timeout from `timeouts` unless the string sets them. Throws
+/// outbox::StoreError.
+std::unique_ptr<sql::Connection> connect(const std::string& conninfo,
+                                         const sql::NetworkTimeouts& timeouts = {});
 
 /// Wraps a caller-owned connection; the caller keeps ownership and must outlive the wrapper.
-/// Statements this wrapper prepares are named with an "outbox_" prefix.
+/// It prepares no named statements (the caller's pool may DISCARD ALL or reset the session).
 std::unique_ptr<sql::Connection> wrap(pg_conn* conn);
 
 /// A pool of connections to one database.
 std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& conninfo,
-                                               std::size_t max_size = 8);
+                                               std::size_t max_size = 8,
+                                               const sql::NetworkTimeouts& timeouts = {});
 
 }  // namespace outbox::postgres

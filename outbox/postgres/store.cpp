@@ -95,13 +95,15 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                "locked_by TEXT, "
                "locked_at TIMESTAMPTZ, "
                "CONSTRAINT " +
-               table + "_one_payload CHECK ((payload IS NULL) <> (payload_bytes IS NULL)));" +
+               derived_name(table, "_one_payload") +
+               " CHECK ((payload IS NULL) <> (payload_bytes IS NULL)));" +
                // Pending rows only, in claim order: claim and poll read the head of this small
                // index instead of sorting the backlog (see docs/guide.md, "Indexes").
-               "CREATE INDEX IF NOT EXISTS " + table + "_pending ON " + table +
+               "CREATE INDEX IF NOT EXISTS " + derived_name(table, "_pending") + " ON " + table +
                " (created_at, event_id) WHERE status IN (0, 2);" + "CREATE INDEX IF NOT EXISTS " +
-               table + "_terminal ON " + table + " (created_at) WHERE status IN (1, 3);" +
-               "CREATE INDEX IF NOT EXISTS " + table + "_created ON " + table + " (created_at);");
+               derived_name(table, "_terminal") + " ON " + table +
+               " (created_at) WHERE status IN (1, 3);" + "CREATE INDEX IF NOT EXISTS " +
+               derived_name(table, "_created") + " ON " + table + " (created_at);");
 }
 
 PostgresOutboxStore::PostgresOutboxStore(Options options) : options_(std::move(options)) {

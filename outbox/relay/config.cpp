@@ -230,6 +230,9 @@ RelayConfig read(const toml::table& root, const std::string& source) {
   }
   db.string("table", c.database.table);
   db.integer("pool_size", c.database.pool_size, 1, 1000);
+  db.duration("connect_timeout", c.database.connect_timeout, seconds(1), minutes(5));
+  db.duration("keepalive_idle", c.database.keepalive_idle, seconds(1), hours(1));
+  db.duration("io_timeout", c.database.io_timeout, seconds(1), hours(1));
   db.finish();
 
   TableReader poller(sub_table(top, "poller"), "poller", source);

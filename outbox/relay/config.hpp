@@ -57,6 +57,10 @@ struct RelayConfig {
     std::string url;  ///< required: sqlite:///path.db, postgresql://…, mysql://…
     std::string table = "outbox_event";
     int pool_size = 8;
+    std::chrono::milliseconds connect_timeout{10000};  ///< PostgreSQL, MariaDB
+    std::chrono::milliseconds keepalive_idle{30000};   ///< PostgreSQL TCP keepalives
+    /// PostgreSQL tcp_user_timeout; MariaDB read and write timeouts.
+    std::chrono::milliseconds io_timeout{30000};
   } database;
   struct Poller {
     std::chrono::milliseconds interval{500};

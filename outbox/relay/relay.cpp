@@ -237,7 +237,10 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
   impl_->config = std::move(config);
   auto& c = impl_->config;
   // Workers write statuses, the poller claims, the DONE flusher and admin requests read.
-  impl_->pool = open_pool(c.database.url, static_cast<std::size_t>(c.database.pool_size), false);
+  impl_->pool = open_pool(c.database.url, static_cast<std::size_t>(c.database.pool_size), false,
+                          sql::NetworkTimeouts{.connect = c.database.connect_timeout,
+                                               .keepalive_idle = c.database.keepalive_idle,
+                                               .io = c.database.io_timeout});
   {
     auto conn = impl_->pool->acquire();
     impl_->store = detect_store(*conn, c.database.table);

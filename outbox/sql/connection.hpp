@@ -17,6 +17,16 @@ class Savepoint;
 
 namespace outbox::sql {
 
+/// How long a network engine waits for its server before a call fails, so that nothing (a
+/// claim, a status write, a relay's stop) hangs on a server that vanished.
+struct NetworkTimeouts {
+  std::chrono::milliseconds connect{10000};  ///< to establish a connection
+  /// Idle time before TCP keepalive probes start (PostgreSQL; 3 probes 10 s apart follow).
+  std::chrono::milliseconds keepalive_idle{30000};
+  /// PostgreSQL: unacknowledged data (tcp_user_timeout); MariaDB: each read and each write.
+  std::chrono::milliseconds io{30000};
+};
+
 /// One database connection. Not thread-safe: one thread at a time. Errors throw outbox::StoreError.
 class Connection {
  public:
@@ -41,6 +51,10 @@ class Connection {
   /// False when the session was changed in a way the next borrower would not expect (MariaDB:
   /// autocommit switched off); a pool then discards the connection.
   virtual bool session_reusable() const { return true; }
+  /// Checks cheaply that a connection left idle for `idle_for` still reaches its server (a
+  /// restarted server closed it meanwhile); a pool drops it and opens another instead of
+  /// failing the borrower's first statement. Never throws.
+  virtual bool alive(std::chrono::milliseconds /*idle_for*/) noexcept { return true; }
   /// True when a statement run through execute()/query() since the transaction began could have
   /// undone or ended part of it: its text holds a transaction-control word (SAVEPOINT, ROLLBACK,
   /// COMMIT, RELEASE, BEGIN, START, END, ABORT, CHAIN, PREPARE, EXECUTE, CALL, XA). OutboxWriter

@@ -76,10 +76,25 @@ PooledConnection ConnectionPool::acquire() {
                      std::to_string(options_.acquire_timeout.count()) + " ms (max_size " +
                      std::to_string(options_.max_size) + ")");
   }
-  if (!idle_.empty()) {
-    auto conn = std::move(idle_.back());
+  while (!idle_.empty()) {
+    auto idle = std::move(idle_.back());
     idle_.pop_back();
-    return PooledConnection(std::move(conn), this, &ConnectionPool::give_back);
+    lock.unlock();
+    // Probed outside the lock: a probe may be a round trip (MariaDB's ping).
+    const auto idle_for = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - idle.since);
+    if (idle.conn->alive(idle_for)) {
+      return PooledConnection(std::move(idle.conn), this, &ConnectionPool::give_back);
+    }
+    log(LogLevel::Info, "ConnectionPool: an idle connection was closed by the server; reopening");
+    idle.conn.reset();
+    lock.lock();
+    --created_;
+    if (idle_.empty() && created_ >= options_.max_size) {
+      // Another borrower took the last slot meanwhile: wait for a connection again.
+      lock.unlock();
+      return acquire();
+    }
   }
   ++created_;
   lock.unlock();
@@ -105,7 +120,7 @@ void ConnectionPool::give_back(void* owner, std::unique_ptr<Connection> conn, bo
     if (broken) {
       --pool->created_;
     } else {
-      pool->idle_.push_back(std::move(conn));
+      pool->idle_.push_back({std::move(conn), std::chrono::steady_clock::now()});
     }
   }
   pool->returned_.notify_one();

@@ -42,7 +42,11 @@ class ConnectionPool final : public ConnectionProvider {
   Options options_;
   mutable std::mutex pool_mutex_;  // guards idle_, created_
   std::condition_variable returned_;
-  std::vector<std::unique_ptr<Connection>> idle_;
+  struct Idle {
+    std::unique_ptr<Connection> conn;
+    std::chrono::steady_clock::time_point since;
+  };
+  std::vector<Idle> idle_;
   std::size_t created_ = 0;
 };
 

@@ -5,11 +5,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 
 #include "outbox/errors.hpp"
+#include "outbox/log.hpp"
 
 namespace outbox::sqlite {
 namespace {
@@ -298,6 +301,8 @@ std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions
   if (options.synchronous_normal) {
     conn->execute("PRAGMA synchronous=NORMAL");
   }
+  conn->query("PRAGMA journal_size_limit=" + std::to_string(options.journal_size_limit));
+  conn->query("PRAGMA wal_autocheckpoint=" + std::to_string(options.wal_autocheckpoint));
   return conn;
 }
 
@@ -308,12 +313,85 @@ std::unique_ptr<sql::Connection> wrap(sqlite3* db) {
   return std::make_unique<SqliteConnection>(db, false);
 }
 
+namespace {
+
+// Keeps the WAL bounded under constant load: every interval a passive checkpoint, and once the
+// WAL is long, a truncating one that waits (briefly) for readers to move to the newest snapshot.
+class WalCheckpointer {
+ public:
+  WalCheckpointer(std::string path, OpenOptions options)
+      : path_(std::move(path)), options_(std::move(options)), thread_([this] { run(); }) {}
+  ~WalCheckpointer() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  WalCheckpointer(const WalCheckpointer&) = delete;
+  WalCheckpointer& operator=(const WalCheckpointer&) = delete;
+
+ private:
+  void run() {
+    std::unique_ptr<sql::Connection> conn;
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, options_.checkpoint_interval, [&] { return stop_; })) {
+      lock.unlock();
+      try {
+        if (!conn) {
+          OpenOptions own = options_;
+          own.create = false;
+          // A truncating checkpoint blocks new writers while it waits: never for long.
+          own.busy_timeout = std::chrono::milliseconds(100);
+          conn = open(path_, own);
+        }
+        const auto frames = conn->query("PRAGMA wal_checkpoint(PASSIVE)");
+        if (!frames.empty() && frames[0].get_int(1) >= options_.checkpoint_pages) {
+          conn->query("PRAGMA wal_checkpoint(TRUNCATE)");
+        }
+      } catch (const std::exception& e) {
+        conn.reset();  // busy readers or a lost file: try again next time
+        log(LogLevel::Debug, std::string("sqlite: checkpoint skipped: ") + e.what());
+      }
+      lock.lock();
+    }
+  }
+
+  std::string path_;
+  OpenOptions options_;
+  std::mutex mutex_;  // guards stop_
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+struct CheckpointedPool {
+  explicit CheckpointedPool(sql::ConnectionPool::Options pool_options)
+      : pool(std::move(pool_options)) {}
+  sql::ConnectionPool pool;
+  std::unique_ptr<WalCheckpointer> checkpointer;  // destroyed first
+};
+
+}  // namespace
+
 std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& path, std::size_t max_size,
                                                const OpenOptions& options) {
-  return std::make_shared<sql::ConnectionPool>(sql::ConnectionPool::Options{
-      .factory = [path, options] { return open(path, options); },
+  const bool checkpointer = options.wal && options.checkpoint_interval.count() > 0;
+  OpenOptions pooled = options;
+  if (checkpointer) {
+    pooled.wal_autocheckpoint = 0;
+  }
+  sql::ConnectionPool::Options pool_options{
+      .factory = [path, pooled] { return open(path, pooled); },
       .max_size = max_size,
-  });
+  };
+  if (!checkpointer) {
+    return std::make_shared<sql::ConnectionPool>(std::move(pool_options));
+  }
+  auto holder = std::make_shared<CheckpointedPool>(std::move(pool_options));
+  holder->checkpointer = std::make_unique<WalCheckpointer>(path, options);
+  return std::shared_ptr<sql::ConnectionPool>(holder, &holder->pool);
 }
 
 }  // namespace outbox::sqlite

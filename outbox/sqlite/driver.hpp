@@ -18,6 +18,17 @@ struct OpenOptions {
   bool wal = true;                 ///< journal_mode=WAL (readers never block writers)
   bool synchronous_normal = true;  ///< synchronous=NORMAL (safe with WAL)
   bool create = true;              ///< false: a missing file is an error (tools that only read)
+  /// journal_size_limit: the WAL file is cut back to this after a checkpoint resets it.
+  std::int64_t journal_size_limit = 64 * 1024 * 1024;
+  /// SQLite's automatic checkpoint after a commit, in WAL pages (0: off). make_pool turns it
+  /// off when its checkpointer runs: writers then never compete with it for the checkpoint.
+  int wal_autocheckpoint = 1000;
+  /// make_pool with WAL: how often a background thread checkpoints (0: never, SQLite's own
+  /// automatic checkpoints then). Readers that never pause keep those from resetting the WAL,
+  /// which grows without bound; this one waits briefly for them and truncates it.
+  std::chrono::milliseconds checkpoint_interval{100};
+  /// Truncating checkpoints start once the WAL holds this many pages (4 KiB each by default).
+  int checkpoint_pages = 4096;
 };
 
 /// Opens (creating if needed, unless options.create is false) the database file. Throws
@@ -28,7 +39,8 @@ std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions
 /// Applies nothing to the handle (the caller configures busy timeout and journal mode).
 std::unique_ptr<sql::Connection> wrap(sqlite3* db);
 
-/// A pool of connections to one file.
+/// A pool of connections to one file; with WAL and a checkpoint_interval, it owns the
+/// background checkpointer (stopped when the last reference to the pool goes).
 std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& path, std::size_t max_size = 4,
                                                const OpenOptions& options = {});
 
