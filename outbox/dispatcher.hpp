@@ -74,8 +74,9 @@ class OutboxDispatcher {
     std::size_t cold_queue_capacity = 1000;     ///< >= 1
     std::shared_ptr<MetricsExporter> metrics;   ///< default: MetricsExporter::noop()
     std::vector<std::shared_ptr<EventInterceptor>>
-        interceptors;                               ///< before in order, after reversed
-    std::chrono::milliseconds drain_timeout{5000};  ///< how long close() lets workers drain
+        interceptors;  ///< before in order, after reversed
+    /// How long close() lets workers drain; 0 … kMaxDuration.
+    std::chrono::milliseconds drain_timeout{5000};
     /// How long the flusher gathers DONE marks before writing them (0: write at once). >= 0.
     std::chrono::microseconds done_batch_window{10000};
     /// Write as soon as this many DONE marks wait. >= 1.

@@ -68,7 +68,7 @@ struct ClaimLocking {
   /// Longest owner accepted (the claim column's width on MariaDB).
   static constexpr std::size_t kMaxOwnerBytes = 128;
   std::string owner;  ///< unique per process, at most kMaxOwnerBytes; empty = generated
-  std::chrono::milliseconds lock_timeout{std::chrono::minutes(5)};  ///< > 0
+  std::chrono::milliseconds lock_timeout{std::chrono::minutes(5)};  ///< > 0, <= kMaxDuration
 };
 
 /// Polls pending rows on a schedule and hands them to a handler. Thread-safe.
@@ -80,7 +80,7 @@ class OutboxPoller {
     std::shared_ptr<OutboxPollerHandler> handler;                  ///< required
     std::chrono::microseconds skip_recent{0};   ///< ignore rows younger than this; >= 0
     int batch_size = 50;                        ///< >= 1
-    std::chrono::milliseconds interval{5000};   ///< between cycles; > 0
+    std::chrono::milliseconds interval{5000};   ///< between cycles; > 0, <= kMaxDuration
     std::shared_ptr<MetricsExporter> metrics;   ///< default: MetricsExporter::noop()
     std::optional<ClaimLocking> claim_locking;  ///< set for multi-node
     /// While pages come back full, how often a cycle starts again from the oldest pending row

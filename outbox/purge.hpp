@@ -34,9 +34,9 @@ class OutboxPurgeScheduler {
   struct Options {
     std::shared_ptr<sql::ConnectionProvider> connection_provider;  ///< required
     std::shared_ptr<EventPurger> purger;                           ///< required
-    std::chrono::seconds retention{std::chrono::hours(24 * 7)};    ///< >= 0
+    std::chrono::seconds retention{std::chrono::hours(24 * 7)};    ///< 0 … kMaxDuration
     int batch_size = 500;                                          ///< >= 1
-    std::chrono::milliseconds interval{std::chrono::hours(1)};     ///< > 0
+    std::chrono::milliseconds interval{std::chrono::hours(1)};     ///< > 0, <= kMaxDuration
     std::shared_ptr<Clock> clock;                                  ///< default: Clock::system()
   };
 

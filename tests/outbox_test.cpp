@@ -484,6 +484,16 @@ TEST_F(OutboxTest, PurgeSchedulerDeletesTerminalRowsInBatches) {
   s.close();
   EXPECT_THROW(s.start(), std::logic_error);
   EXPECT_THROW(OutboxPurgeScheduler({.connection_provider = pool}), std::invalid_argument);
+  // 999999 days once wrapped to a cutoff in the future: every DONE and DEAD row purged.
+  const auto purger = std::make_shared<sqlite::SqliteEventPurger>();
+  EXPECT_THROW(OutboxPurgeScheduler({.connection_provider = pool,
+                                     .purger = purger,
+                                     .retention = std::chrono::hours(24 * 999999)}),
+               std::invalid_argument);
+  EXPECT_THROW(OutboxPurgeScheduler({.connection_provider = pool,
+                                     .purger = purger,
+                                     .interval = std::chrono::hours(24 * 999999)}),
+               std::invalid_argument);
 }
 
 TEST_F(OutboxTest, DeadEventManagerQueriesAndReplays) {

@@ -243,6 +243,10 @@ TEST_F(PollerTest, OptionsAreValidated) {
   bad([](auto& o) { o.interval = 0ms; });
   bad([](auto& o) { o.skip_recent = -1us; });
   bad([](auto& o) { o.claim_locking = ClaimLocking{"x", 0ms}; });
+  // Durations that would wrap the clock (a lock expiry that wraps lets two nodes share rows).
+  bad([](auto& o) { o.claim_locking = ClaimLocking{"x", kMaxDuration + 1ms}; });
+  bad([](auto& o) { o.interval = std::chrono::hours(24 * 999999); });
+  bad([](auto& o) { o.claim_locking = ClaimLocking{std::string(129, 'o'), 1s}; });
 }
 
 }  // namespace

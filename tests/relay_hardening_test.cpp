@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "outbox/detect/detect.hpp"
 #include "tests/support/http_server.hpp"
@@ -100,6 +101,16 @@ TEST_F(RelayHardening, AnEmptyAdminTokenIsAConfigurationError) {
   unsetenv("OUTBOX_TEST_EMPTY_TOKEN");
   EXPECT_EQ(relay.exit_code, 2);
   EXPECT_NE(relay.err.find("admin.token is empty"), std::string::npos) << relay.err;
+}
+
+TEST_F(RelayHardening, NoTokenOnAnOpenAddressIsWarnedAbout) {
+  RelayProcess relay(dir, config("[admin]\nhost = \"0.0.0.0\"\nport = 0\n[publishers.p]\n"
+                                 "type = \"log\"\npath = \"" +
+                                 dir.file("events.jsonl") + "\"\n[[routes]]\npublisher = \"p\"\n"));
+  ASSERT_TRUE(wait_until([&] { return relay.log().find("relay started") != std::string::npos; }))
+      << relay.log();
+  EXPECT_NE(relay.log().find("admin.token is not set"), std::string::npos) << relay.log();
+  EXPECT_EQ(relay.terminate(), 0);
 }
 
 TEST_F(RelayHardening, RetryAfterZeroBacksOffAndCountsAttemptsUntilDead) {
@@ -198,6 +209,10 @@ TEST_F(RelayHardening, DrainTimeoutBoundsAPublishAlreadyInProgress) {
   RelayProcess relay(dir, webhook_config(http.url("/in"), "[dispatcher]\ndrain_timeout = \"1s\"\n",
                                          "request_timeout = \"1h\"\n"));
   ASSERT_TRUE(wait_until([&] { return http.count() == 1; })) << relay.log();
+  // The default owner has a random part: host-pid alone collided between containers (same host
+  // name, both PID 1), which then renewed and marked each other's claims.
+  const auto owner = row(e.event_id())->locked_by.value_or("");
+  EXPECT_TRUE(std::regex_match(owner, std::regex(".+-[0-9]+-[0-9A-Z]{10}"))) << owner;
   // Once the stop waited for the request's whole hour; now the drain budget cancels it.
   EXPECT_EQ(relay.terminate(), 0);
   EXPECT_NE(relay.log().find("cancelling publishes still in progress"), std::string::npos)
