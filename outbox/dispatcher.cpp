@@ -1,10 +1,10 @@
 #include "outbox/dispatcher.hpp"
-#include "outbox/clock.hpp"
 
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
 
+#include "outbox/clock.hpp"
 #include "outbox/errors.hpp"
 #include "outbox/in_flight_tracker.hpp"
 #include "outbox/interceptor.hpp"
@@ -47,8 +47,9 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   if (options_.drain_timeout.count() < 0 || options_.drain_timeout > kMaxDuration) {
     throw std::invalid_argument("OutboxDispatcher: drain_timeout must be between 0 and 3650 days");
   }
-  if (options_.done_batch_window.count() < 0) {
-    throw std::invalid_argument("OutboxDispatcher: done_batch_window must not be negative");
+  if (options_.done_batch_window.count() < 0 ||
+      options_.done_batch_window > std::chrono::hours(1)) {
+    throw std::invalid_argument("OutboxDispatcher: done_batch_window must be between 0 and 1 hour");
   }
   if (options_.done_batch_max < 1) {
     throw std::invalid_argument("OutboxDispatcher: done_batch_max must be >= 1");

@@ -78,7 +78,7 @@ class OutboxDispatcher {
     /// How long close() lets workers drain; 0 … kMaxDuration.
     std::chrono::milliseconds drain_timeout{5000};
     /// How long the flusher gathers DONE marks before writing them (0: write at once). >= 0.
-    std::chrono::microseconds done_batch_window{10000};
+    std::chrono::microseconds done_batch_window{10000};  ///< 0 … 1 hour
     /// Write as soon as this many DONE marks wait. >= 1.
     std::size_t done_batch_max = 256;
     /// Events a worker takes from a queue at once; events whose registry entry has a batch

@@ -221,6 +221,11 @@ EventEnvelope EventEnvelope::Builder::build() {
     check_text("event type", type_.name(), kMaxEventTypeChars);
     if (event_id_) {
       check_text("event id", *event_id_, kMaxIdChars);
+      // MariaDB compares keys ignoring trailing spaces: "a" and "a " would be one event there
+      // and two elsewhere.
+      if (!event_id_->empty() && event_id_->back() == ' ') {
+        throw std::invalid_argument("EventEnvelope: event id must not end with a space");
+      }
     }
     check_text("aggregate type", aggregate_type_.name(), kMaxAggregateTypeChars);
     if (aggregate_id_) {

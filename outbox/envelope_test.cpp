@@ -208,6 +208,7 @@ TEST(EnvelopeText, TheSameLimitsOnEveryEngineAreCheckedWhenTheEventIsBuilt) {
   expect_refused(base().tenant_id("\xc3"), "tenant id is not valid UTF-8");
   // MariaDB's VARCHAR limits, in characters, on every engine.
   expect_refused(base().event_id(std::string(65, 'e')), "event id is longer than 64 characters");
+  expect_refused(base().event_id("dup "), "event id must not end with a space");
   expect_refused(base().tenant_id(std::string(65, 't')), "tenant id is longer than 64");
   expect_refused(base().aggregate_id(std::string(129, 'a')), "aggregate id is longer than 128");
   expect_refused(

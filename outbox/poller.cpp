@@ -1,9 +1,9 @@
 #include "outbox/poller.hpp"
-#include "outbox/clock.hpp"
 
 #include <algorithm>
 #include <stdexcept>
 
+#include "outbox/clock.hpp"
 #include "outbox/dispatcher.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/log.hpp"

@@ -1,8 +1,8 @@
 #include "outbox/purge.hpp"
-#include "outbox/clock.hpp"
 
 #include <stdexcept>
 
+#include "outbox/clock.hpp"
 #include "outbox/log.hpp"
 #include "outbox/sql/connection.hpp"
 
@@ -15,7 +15,9 @@ OutboxPurgeScheduler::OutboxPurgeScheduler(Options options) : options_(std::move
   if (!options_.purger) {
     throw std::invalid_argument("OutboxPurgeScheduler: purger is required");
   }
-  if (options_.retention.count() < 0 || options_.retention > kMaxDuration) {
+  // Compared in seconds: converting a huge retention to milliseconds would overflow and pass.
+  if (options_.retention.count() < 0 ||
+      options_.retention > std::chrono::duration_cast<std::chrono::seconds>(kMaxDuration)) {
     throw std::invalid_argument("OutboxPurgeScheduler: retention must be between 0 and 3650 days");
   }
   if (options_.batch_size < 1) {

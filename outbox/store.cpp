@@ -109,13 +109,16 @@ std::string derived_name(std::string_view table, std::string_view suffix) {
   if (table.size() + suffix.size() <= kLimit) {
     return std::string(table) + std::string(suffix);
   }
-  std::uint32_t hash = 2166136261U;  // FNV-1a: stable across builds and platforms
+  // 64-bit FNV-1a, stable across builds and platforms (32 bits were brute-forced in seconds,
+  // and PostgreSQL index names are per schema: a collision left a table without indexes).
+  std::uint64_t hash = 14695981039346656037ULL;
   for (const char c : table) {
-    hash = (hash ^ static_cast<unsigned char>(c)) * 16777619U;
+    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
   }
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08x", hash);
-  return std::string(table.substr(0, kLimit - suffix.size() - 9)) + "_" + hex + std::string(suffix);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));
+  return std::string(table.substr(0, kLimit - suffix.size() - 17)) + "_" + hex +
+         std::string(suffix);
 }
 
 }  // namespace outbox

@@ -567,6 +567,7 @@ TEST_F(DispatcherTest, OptionsAreValidated) {
   // Longer than kMaxDuration would wrap the steady clock: a drain that does not wait at all.
   bad([](auto& o) { o.drain_timeout = kMaxDuration + 1ms; });
   bad([](auto& o) { o.claim_timeout = std::chrono::hours(24 * 999999); });
+  bad([](auto& o) { o.done_batch_window = std::chrono::hours(2); });
 }
 
 // Found breaking issue 9: in ordered mode a failed DONE write dropped the queue, but a poll cycle

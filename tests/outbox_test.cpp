@@ -494,6 +494,11 @@ TEST_F(OutboxTest, PurgeSchedulerDeletesTerminalRowsInBatches) {
                                      .purger = purger,
                                      .interval = std::chrono::hours(24 * 999999)}),
                std::invalid_argument);
+  // Found breaking the fix: seconds this large overflowed the comparison in milliseconds.
+  EXPECT_THROW(OutboxPurgeScheduler({.connection_provider = pool,
+                                     .purger = purger,
+                                     .retention = std::chrono::seconds(9223372036854776)}),
+               std::invalid_argument);
 }
 
 TEST_F(OutboxTest, DeadEventManagerQueriesAndReplays) {

@@ -2,8 +2,11 @@
 // ids that try to leave their URL path, empty secrets, receivers that answer "retry now",
 // replays racing a running relay, signals and closed pipes, missing files.
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <condition_variable>
@@ -226,6 +229,34 @@ TEST_F(RelayHardening, DrainTimeoutBoundsAPublishAlreadyInProgress) {
     release = true;
   }
   cv.notify_all();
+}
+
+TEST_F(RelayHardening, ASignalWhileStartingEndsTheWaitForTheDatabase) {
+  // A database that accepts connections and never answers: starting waits connect_timeout.
+  const int tarpit = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  ASSERT_EQ(bind(tarpit, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(tarpit, 16), 0);
+  socklen_t size = sizeof a;
+  getsockname(tarpit, reinterpret_cast<sockaddr*>(&a), &size);
+  RelayProcess relay(
+      dir, "[database]\nurl = \"postgresql://u@127.0.0.1:" + std::to_string(ntohs(a.sin_port)) +
+               "/db\"\nconnect_timeout = \"5m\"\n[admin]\nenabled = false\n"
+               "[publishers.p]\ntype = \"log\"\n[[routes]]\npublisher = \"p\"\n");
+  int connection = -1;
+  ASSERT_TRUE(wait_until([&] {
+    connection = accept4(tarpit, nullptr, nullptr, SOCK_NONBLOCK);
+    return connection >= 0;
+  }));
+  // Once the signals were only read after the start: SIGTERM waited out the whole 5 minutes.
+  kill(relay.pid(), SIGTERM);
+  EXPECT_EQ(relay.wait(), 0);
+  EXPECT_NE(relay.log().find("received SIGTERM while starting: exiting"), std::string::npos)
+      << relay.log();
+  close(connection);
+  close(tarpit);
 }
 
 TEST_F(RelayHardening, AClosedStdoutIsARetriableFailureNotADeath) {

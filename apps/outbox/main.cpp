@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <thread>
 
 #include "outbox/clock.hpp"
@@ -96,10 +97,42 @@ int run_relay(const std::string& config_path) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  relay::Relay relay(relay::load_config(config_path));
-  relay.start();
+  const timespec poll_period{0, 50'000'000};
+  // Starting may wait for a database up to database.connect_timeout: it runs beside the signal
+  // wait, so a stop asked for meanwhile ends the process at once (nothing is claimed yet).
+  std::unique_ptr<relay::Relay> started;
+  std::exception_ptr start_failure;
+  std::atomic<bool> start_done{false};
+  std::thread starter([&] {
+    try {
+      auto r = std::make_unique<relay::Relay>(relay::load_config(config_path));
+      r->start();
+      started = std::move(r);
+    } catch (...) {
+      start_failure = std::current_exception();
+    }
+    start_done = true;
+  });
   int received = 0;
-  sigwait(&stop_signals, &received);
+  while (!start_done) {
+    const int sig = sigtimedwait(&stop_signals, nullptr, &poll_period);
+    if (sig > 0 && !start_done) {
+      log(LogLevel::Info, std::string("received ") + signal_name(sig) + " while starting: exiting");
+      std::fflush(nullptr);
+      std::_Exit(0);
+    }
+    if (sig > 0) {
+      received = sig;  // the relay started meanwhile: stop it like any other
+    }
+  }
+  starter.join();
+  if (start_failure) {
+    std::rethrow_exception(start_failure);
+  }
+  relay::Relay& relay = *started;
+  if (received == 0) {
+    sigwait(&stop_signals, &received);
+  }
   log(LogLevel::Info, std::string("received ") + signal_name(received) +
                           ": draining (a second signal exits at once)");
   std::atomic<bool> stopped{false};
@@ -108,7 +141,6 @@ int run_relay(const std::string& config_path) {
     stopped = true;
   });
   // The drain may hang on an unreachable database or broker: a second signal ends the process.
-  const timespec poll_period{0, 50'000'000};
   while (!stopped) {
     const int again = sigtimedwait(&stop_signals, nullptr, &poll_period);
     if (again > 0) {

@@ -189,7 +189,11 @@ std::optional<std::chrono::milliseconds> parse_retry_after(const std::string& va
   }
   std::chrono::seconds delay;
   if (value.find_first_not_of("0123456789") == std::string::npos) {
-    delay = std::chrono::seconds(value.size() > 9 ? kMaxRetryAfter.count() : std::stoll(value));
+    // Leading zeros do not make a number large ("0000000000" is zero, not an hour).
+    const std::string digits = value.substr(std::min(value.find_first_not_of('0'), value.size()));
+    delay = std::chrono::seconds(digits.empty()      ? 0
+                                 : digits.size() > 9 ? kMaxRetryAfter.count()
+                                                     : std::stoll(digits));
   } else {
     const time_t at = curl_getdate(value.c_str(), nullptr);
     if (at < 0) {
@@ -328,7 +332,10 @@ struct HttpPublisher::Impl {
     if (cancelled) {
       return Publisher::cancelled("http");
     }
-    if (url.rfind("http://", 0) != 0 && url.rfind("https://", 0) != 0) {
+    std::string scheme = url.substr(0, url.find("://") + 3);
+    std::transform(scheme.begin(), scheme.end(), scheme.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (scheme != "http://" && scheme != "https://") {
       return PublishResult::permanent("http: target '" + url +
                                       "' does not start with http:// or https://");
     }

@@ -389,6 +389,10 @@ TEST(HttpPublisher, RetryAfterIsReportedInSecondsOrAsAnHttpDate) {
       res.set_header("Retry-After", "soon");
     } else if (r.path == "/zero") {
       res.set_header("Retry-After", "0");
+    } else if (r.path == "/zeros") {
+      res.set_header("Retry-After", "0000000000");
+    } else if (r.path == "/padded") {
+      res.set_header("Retry-After", "00000000007");
     } else if (r.path == "/past") {
       res.set_header("Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT");
     }
@@ -407,6 +411,8 @@ TEST(HttpPublisher, RetryAfterIsReportedInSecondsOrAsAnHttpDate) {
   EXPECT_EQ(result("/garbage").retry_after, std::nullopt);
   // Zero or past is no hint (it once meant an immediate retry, forever, never counted).
   EXPECT_EQ(result("/zero").retry_after, std::nullopt);
+  EXPECT_EQ(result("/zeros").retry_after, std::nullopt);  // once: an hour, uncounted
+  EXPECT_EQ(result("/padded").retry_after, std::chrono::seconds(7));
   EXPECT_EQ(result("/past").retry_after, std::nullopt);
   EXPECT_EQ(result("/none").retry_after, std::nullopt);
   EXPECT_EQ(result("/none").kind, Kind::Retriable);

@@ -17,7 +17,9 @@ std::vector<Span> secret_spans(std::string_view url) {
   const auto scheme = url.find("://");
   if (scheme != std::string_view::npos) {
     const std::size_t start = scheme + 3;
-    const std::size_t authority_end = std::min(url.find_first_of("/?#", start), url.size());
+    // The user info ends at the last '@' before a query: a password may hold an unencoded '/'
+    // (then drivers split the URL elsewhere, but the secret is still all of it).
+    const std::size_t authority_end = std::min(url.find_first_of("?#", start), url.size());
     const auto at = url.substr(start, authority_end - start).rfind('@');
     if (at != std::string_view::npos) {
       const auto colon = url.substr(start, at).find(':');
@@ -91,11 +93,23 @@ std::string redact_secrets(std::string message, std::string_view url) {
   replace_all(message, url, redact_url(url));
   for (const auto& s : secret_spans(url)) {
     const auto secret = url.substr(s.begin, s.end - s.begin);
-    if (secret.size() < 3) {
-      continue;  // would mangle the message; the whole URL was redacted above
+    // The whole secret, decoded, and the pieces a driver that split the URL elsewhere may quote.
+    std::vector<std::string> forms = {std::string(secret), percent_decode(secret)};
+    std::size_t piece_start = 0;
+    for (std::size_t i = 0; i <= secret.size(); ++i) {
+      if (i == secret.size() ||
+          std::string_view("/:@?#").find(secret[i]) != std::string_view::npos) {
+        forms.emplace_back(secret.substr(piece_start, i - piece_start));
+        piece_start = i + 1;
+      }
     }
-    replace_all(message, secret, "***");
-    replace_all(message, percent_decode(secret), "***");
+    std::sort(forms.begin(), forms.end(),
+              [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+    for (const auto& form : forms) {
+      if (form.size() >= 3) {  // shorter would mangle the message; the URL was redacted above
+        replace_all(message, form, "***");
+      }
+    }
   }
   return message;
 }

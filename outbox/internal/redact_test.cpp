@@ -14,6 +14,8 @@ TEST(Redact, UrlsLoseTheirPasswordsAndNothingElse) {
   EXPECT_EQ(redact_url("mysql://app@db/shop"), "mysql://app@db/shop");
   EXPECT_EQ(redact_url("sqlite:///var/lib/x.db"), "sqlite:///var/lib/x.db");
   EXPECT_EQ(redact_url("mysql://u:pw@with@at@h:1/d"), "mysql://u:***@h:1/d");
+  // Found breaking the fix: an unencoded '/' in the password hid the '@'.
+  EXPECT_EQ(redact_url("mysql://u:S3CRET/x@127.0.0.1:1/db"), "mysql://u:***@127.0.0.1:1/db");
 }
 
 TEST(Redact, MessagesLoseEveryCopyOfThePassword) {
@@ -23,6 +25,10 @@ TEST(Redact, MessagesLoseEveryCopyOfThePassword) {
   EXPECT_EQ(redact_secrets("password hunter@2 rejected; hunter%402", url),
             "password *** rejected; ***");
   EXPECT_EQ(redact_secrets("no secret here", "mysql://u@h/d"), "no secret here");
+  // libpq splits such a URL at the '/' and quotes the first piece as a port.
+  EXPECT_EQ(redact_secrets("invalid integer value \"S3CRET\" for connection option \"port\"",
+                           "postgresql://u:S3CRET/pw@127.0.0.1:1/db"),
+            "invalid integer value \"***\" for connection option \"port\"");
 }
 
 }  // namespace

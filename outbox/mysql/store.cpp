@@ -176,23 +176,24 @@ void MySqlOutboxStore::insert_batch(sql::Connection& conn, const std::vector<Eve
   // Chunks by rows and by bytes: one statement larger than the server's max_allowed_packet
   // fails as "server has gone away" (20 events of 1 MiB once did under the 16 MiB default).
   const std::size_t budget = events.size() > 1 ? packet_budget(conn) : 0;
+  // Encoded once, and measured as sent: JSON escaping can make headers six times their text.
+  std::vector<std::optional<std::string>> all_headers(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    all_headers[i] = options_.codec->to_json(events[i].headers());
+  }
   std::size_t start = 0;
   while (start < events.size()) {
     std::size_t n = 0, bytes = 0;
     while (start + n < events.size() && n < kInsertChunk) {
       const EventEnvelope& e = events[start + n];
-      const std::size_t size = e.payload_bytes().size() + e.event_id().size() +
-                               e.event_type().size() + e.aggregate_type().size() +
-                               e.aggregate_id().value_or("").size() +
-                               e.tenant_id().value_or("").size() + 256;
-      std::size_t header_bytes = 0;
-      for (const auto& [k, v] : e.headers()) {
-        header_bytes += k.size() + v.size() + 8;
-      }
-      if (n > 0 && bytes + size + header_bytes > budget) {
+      const std::size_t size =
+          e.payload_bytes().size() + e.event_id().size() + e.event_type().size() +
+          e.aggregate_type().size() + e.aggregate_id().value_or("").size() +
+          e.tenant_id().value_or("").size() + all_headers[start + n].value_or("").size() + 256;
+      if (n > 0 && bytes + size > budget) {
         break;
       }
-      bytes += size + header_bytes;
+      bytes += size;
       ++n;
     }
     Query q(db_clock);
@@ -200,10 +201,8 @@ void MySqlOutboxStore::insert_batch(sql::Connection& conn, const std::vector<Eve
           " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, "
           "payload_bytes, headers, status, attempts, available_at, created_at, locked_by, "
           "locked_at) VALUES ");
-    std::vector<std::optional<std::string>> headers(n);
     for (std::size_t i = 0; i < n; ++i) {
       const EventEnvelope& e = events[start + i];
-      headers[i] = options_.codec->to_json(e.headers());
       q.sql(i == 0 ? "(" : ",(");
       q.param(TextRef{e.event_id()}).sql(",").param(TextRef{e.event_type()}).sql(",");
       q.param(TextRef{e.aggregate_type()}).sql(",").param(sql::text_or_null(e.aggregate_id()));
@@ -213,7 +212,7 @@ void MySqlOutboxStore::insert_batch(sql::Connection& conn, const std::vector<Eve
       } else {
         q.sql("NULL,").param(sql::BlobRef{e.payload_bytes()}).sql(",");
       }
-      q.param(sql::text_or_null(headers[i])).sql(",0,0,");
+      q.param(sql::text_or_null(all_headers[start + i])).sql(",0,0,");
       const auto created = to_micros(e.occurred_at());
       const auto available = e.available_at() ? to_micros(*e.available_at()) : created;
       if (db_clock) {

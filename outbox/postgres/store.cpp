@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "outbox/errors.hpp"
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
 
@@ -104,6 +105,18 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                derived_name(table, "_terminal") + " ON " + table +
                " (created_at) WHERE status IN (1, 3);" + "CREATE INDEX IF NOT EXISTS " +
                derived_name(table, "_created") + " ON " + table + " (created_at);");
+  // IF NOT EXISTS also skips a name another table's index holds (index names are per schema):
+  // without its indexes the table would work, slowly, and nobody would know.
+  for (const char* suffix : {"_pending", "_terminal", "_created"}) {
+    const std::string index = derived_name(table, suffix);
+    const auto rows = conn.query("SELECT count(*) FROM pg_indexes WHERE tablename = lower('" +
+                                 table + "') AND indexname = lower('" + index + "')");
+    if (rows.empty() || rows[0].get_int(0) == 0) {
+      throw StoreError("postgres: index " + index + " of " + table +
+                           " could not be created: another table's index has that name",
+                       "42P07");
+    }
+  }
 }
 
 PostgresOutboxStore::PostgresOutboxStore(Options options) : options_(std::move(options)) {

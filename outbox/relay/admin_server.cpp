@@ -5,6 +5,7 @@
 
 #include "outbox/json_codec.hpp"
 #include "outbox/relay/internal/http_server.hpp"
+#include "outbox/store.hpp"
 
 namespace outbox::relay {
 namespace {
@@ -18,9 +19,10 @@ bool same_secret(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// Messages may quote the request (a path, an id): made valid UTF-8 first, so the body is JSON.
 std::string json_error(const std::string& message) {
   std::string out = "{\"error\":";
-  append_json_string(out, message);
+  append_json_string(out, sanitize_utf8(message));
   out += "}";
   return out;
 }
@@ -149,7 +151,7 @@ struct AdminServer::Impl {
           handlers.check_ready();
           return text(200, "ready\n");
         } catch (const std::exception& e) {
-          return text(503, std::string("not ready: ") + e.what() + "\n");
+          return json(503, json_error(std::string("not ready: ") + e.what()));
         }
       case Kind::Metrics:
         return text(200, handlers.metrics(), "text/plain; version=0.0.4");

@@ -139,9 +139,13 @@ std::string expand_target(std::string_view target, const EventEnvelope& event) {
       out.append(*value);
     } else {
       // "." and ".." survive encoding and would climb the path once normalized.
-      if (*value == "." || *value == "..") {
+      // An empty value between two slashes makes "//", which many servers merge: the parent
+      // path again.
+      const bool empty_segment = value->empty() && !out.empty() && out.back() == '/' &&
+                                 close + 1 < target.size() && target[close + 1] == '/';
+      if (*value == "." || *value == ".." || empty_segment) {
         throw std::invalid_argument("{" + std::string(name) + "} = '" + std::string(*value) +
-                                    "' cannot be placed in a URL");
+                                    "' cannot be placed in a URL path");
       }
       append_encoded(out, *value);
     }

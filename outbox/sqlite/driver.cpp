@@ -342,13 +342,18 @@ class WalCheckpointer {
         if (!conn) {
           OpenOptions own = options_;
           own.create = false;
-          // A truncating checkpoint blocks new writers while it waits: never for long.
-          own.busy_timeout = std::chrono::milliseconds(100);
           conn = open(path_, own);
         }
         const auto frames = conn->query("PRAGMA wal_checkpoint(PASSIVE)");
         if (!frames.empty() && frames[0].get_int(1) >= options_.checkpoint_pages) {
-          conn->query("PRAGMA wal_checkpoint(TRUNCATE)");
+          // The truncating checkpoint waits for the readers still on older snapshots, holding
+          // off writers meanwhile: 100 ms first, doubled after each attempt that readers
+          // outlasted (up to 6.4 s), so long overlapping reads cannot keep the WAL growing.
+          const auto wait = std::chrono::milliseconds(100L << truncate_failures_);
+          conn->query("PRAGMA busy_timeout=" + std::to_string(wait.count()));
+          const auto result = conn->query("PRAGMA wal_checkpoint(TRUNCATE)");
+          const bool blocked = result.empty() || result[0].get_int(0) != 0;
+          truncate_failures_ = blocked ? std::min(truncate_failures_ + 1, 6) : 0;
         }
       } catch (const std::exception& e) {
         conn.reset();  // busy readers or a lost file: try again next time
@@ -360,7 +365,8 @@ class WalCheckpointer {
 
   std::string path_;
   OpenOptions options_;
-  std::mutex mutex_;  // guards stop_
+  int truncate_failures_ = 0;  // consecutive truncating checkpoints that readers outlasted
+  std::mutex mutex_;           // guards stop_
   std::condition_variable wake_;
   bool stop_ = false;
   std::thread thread_;

@@ -155,4 +155,59 @@ TEST(SqliteDriver, TheWalIsCheckpointedBackWhileReadersNeverPause) {
   EXPECT_EQ(pool->acquire()->query("SELECT count(*) FROM t")[0].get_int(0), 2000);
 }
 
+TEST(SqliteDriver, LongOverlappingReadTransactionsCannotKeepTheWalGrowing) {
+  // Found breaking the first checkpointer: readers holding 300 ms transactions, always one
+  // open, outlasted every 100 ms truncation attempt and the WAL grew without end.
+  outbox::testing::TempDir dir;
+  const auto path = dir.file("long.db");
+  outbox::sqlite::OpenOptions options;
+  options.checkpoint_interval = std::chrono::milliseconds(20);
+  options.checkpoint_pages = 1;
+  options.journal_size_limit = 0;
+  auto pool = outbox::sqlite::make_pool(path, 6, options);
+  pool->acquire()->execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)");
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&, r] {
+      auto conn = pool->acquire();
+      // Staggered so that some read transaction is always open.
+      const auto first = std::chrono::steady_clock::now() + std::chrono::milliseconds(100 * r);
+      while (!stop && std::chrono::steady_clock::now() < first) {
+      }
+      while (!stop) {
+        conn->execute("BEGIN DEFERRED");  // a read transaction, not the write lock
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+        while (std::chrono::steady_clock::now() < until) {
+          conn->query("SELECT count(*) FROM t");
+        }
+        conn->execute("COMMIT");
+      }
+    });
+  }
+  // Writes never stop either: the WAL must still be reset (seen shrinking) now and then.
+  std::thread writer([&] {
+    auto conn = pool->acquire();
+    while (!stop) {
+      conn->begin();
+      for (int i = 0; i < 50; ++i) {
+        conn->execute("INSERT INTO t (v) VALUES (?)", {std::string(64, 'x')});
+      }
+      conn->commit();
+    }
+  });
+  std::uintmax_t largest = 0;
+  EXPECT_TRUE(outbox::testing::wait_until([&] {
+    const auto now = file_size_or_zero(path + "-wal");
+    largest = std::max(largest, now);
+    return largest > 256 * 1024 && now < largest / 4;
+  })) << "WAL never shrank; largest "
+      << largest;
+  stop = true;
+  writer.join();
+  for (auto& t : readers) {
+    t.join();
+  }
+}
+
 }  // namespace

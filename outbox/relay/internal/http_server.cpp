@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "outbox/json_codec.hpp"
+#include "outbox/store.hpp"
 
 namespace outbox::relay::internal {
 namespace {
@@ -83,7 +84,7 @@ HttpResponse error_response(int status, const std::string& message) {
   r.status = status;
   r.content_type = "application/json";
   r.body = "{\"error\":";
-  append_json_string(r.body, message);
+  append_json_string(r.body, sanitize_utf8(message));
   r.body += "}";
   return r;
 }
@@ -276,6 +277,7 @@ struct HttpServer::Impl {
   // Owned by the loop thread.
   std::map<std::uint64_t, Connection> connections;
   std::uint64_t next_id = 1;
+  std::size_t buffered_output = 0;  // bytes of responses not yet sent
 
   void notify() const {
     const std::uint64_t one = 1;
@@ -284,6 +286,10 @@ struct HttpServer::Impl {
 
   void respond(Connection& c, const HttpResponse& response) {
     c.out = serialize(response);
+    if (buffered_output + c.out.size() > limits.max_buffered_output) {
+      c.out = serialize(error_response(503, "too many responses waiting for slow clients"));
+    }
+    buffered_output += c.out.size();
     c.written = 0;
     c.state = Connection::State::Writing;
     c.deadline = Clock::now() + limits.write_deadline;
@@ -296,7 +302,7 @@ struct HttpServer::Impl {
       if (fd < 0) {
         return;  // EAGAIN, or an error that the next poll reports again
       }
-      if (connections.size() >= limits.max_connections) {
+      if (connections.size() >= limits.max_connections && !evict_oldest_unfinished_head()) {
         close(fd);
         continue;
       }
@@ -406,7 +412,24 @@ struct HttpServer::Impl {
 
   void close_connection(std::map<std::uint64_t, Connection>::iterator it) {
     close(it->second.fd);
+    buffered_output -= it->second.out.size();
     connections.erase(it);
+  }
+
+  // Closes the oldest connection still sending its request head; false when there is none.
+  bool evict_oldest_unfinished_head() {
+    auto oldest = connections.end();
+    for (auto it = connections.begin(); it != connections.end(); ++it) {
+      if (it->second.state == Connection::State::Head &&
+          (oldest == connections.end() || it->second.deadline < oldest->second.deadline)) {
+        oldest = it;
+      }
+    }
+    if (oldest == connections.end()) {
+      return false;
+    }
+    close_connection(oldest);
+    return true;
   }
 
   void loop() {

@@ -38,9 +38,14 @@ struct HttpLimits {
   /// From accept to the last byte of the request; the client is dropped after it.
   std::chrono::milliseconds request_deadline{10000};
   std::chrono::milliseconds write_deadline{5000};  ///< to send a response
-  std::size_t max_connections = 256;               ///< open at once; more are closed at accept
-  int workers = 4;                                 ///< threads running blocking handlers
-  std::size_t max_queued = 64;                     ///< requests waiting for a worker (503 beyond)
+  /// Open at once; beyond it a new client replaces the oldest one still sending its head (a
+  /// flood of idle connections cannot lock out a liveness probe).
+  std::size_t max_connections = 256;
+  /// Response bytes waiting for slow readers, all clients together; a response that would pass
+  /// it is replaced by a 503.
+  std::size_t max_buffered_output = 64 * 1024 * 1024;
+  int workers = 4;              ///< threads running blocking handlers
+  std::size_t max_queued = 64;  ///< requests waiting for a worker (503 beyond)
 };
 
 class HttpServer {

@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "outbox/relay/admin_server.hpp"
+#include "outbox/store.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace outbox::relay {
 namespace {
@@ -66,12 +68,21 @@ class Client {
     }
   }
   bool closed_by_server() const { return closed_; }
+  // True once the server has sent something (nothing is read).
+  bool answered() const {
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, 0) > 0;
+  }
 
  private:
   int fd_ = -1;
   bool connected_ = false;
   bool closed_ = false;
 };
+
+bool valid_utf8_for_test(const std::string& s) {
+  return outbox::sanitize_utf8(s) == s;
+}
 
 std::string status_line(const std::string& response) {
   return response.substr(0, response.find("\r\n"));
@@ -199,6 +210,46 @@ TEST(AdminHttpServer, StopDoesNotWaitForIdleOrSlowClients) {
   }
 }
 
+TEST(AdminHttpServer, AFloodOfIdleConnectionsCannotLockOutANewClient) {
+  // Found breaking the first version: 256 idle connections made every new one fail.
+  Recorder r;
+  HttpLimits limits;
+  limits.max_connections = 8;
+  auto server = echo_server(r, limits);
+  server->start();
+  std::vector<std::unique_ptr<Client>> idle;
+  for (int i = 0; i < 8; ++i) {
+    idle.push_back(std::make_unique<Client>(server->port()));
+    idle.back()->send_all("GET /x HTTP/1.1\r\n");
+  }
+  Client fresh(server->port());
+  fresh.send_all("GET /x HTTP/1.1\r\nAuthorization: Bearer t\r\n\r\n");
+  EXPECT_EQ(status_line(fresh.read_all()), "HTTP/1.1 200 OK");
+  // The oldest idle client made room.
+  idle.front()->read_all(5s);
+  EXPECT_TRUE(idle.front()->closed_by_server());
+}
+
+TEST(AdminHttpServer, ResponsesWaitingForSlowReadersAreBounded) {
+  // Found breaking the first version: 60 clients that never read an 8 MB answer held 538 MB.
+  HttpLimits limits;
+  limits.max_buffered_output = 48 * 1024 * 1024;
+  HttpServer server(
+      "127.0.0.1", 0, limits, [](const HttpRequest&) { return std::optional<HttpResponse>(); },
+      [](const HttpRequest&) {
+        return HttpResponse{200, "text/plain", std::string(32 << 20, 'x'), {}};
+      });
+  server.start();
+  Client slow(server.port());  // never reads: most of its answer stays buffered
+  slow.send_all("GET /big HTTP/1.1\r\n\r\n");
+  ASSERT_TRUE(testing::wait_until([&] { return slow.answered(); }));
+  Client probe(server.port());
+  probe.send_all("GET /big HTTP/1.1\r\n\r\n");
+  const auto refused = probe.read_all();
+  EXPECT_EQ(status_line(refused), "HTTP/1.1 503 Service Unavailable");
+  EXPECT_NE(body_of(refused).find("slow clients"), std::string::npos);
+}
+
 TEST(AdminHttpServer, MalformedRequestsGetAJsonError) {
   Recorder r;
   auto server = echo_server(r);
@@ -212,6 +263,34 @@ TEST(AdminHttpServer, MalformedRequestsGetAJsonError) {
     const auto response = c.read_all();
     EXPECT_EQ(status_line(response), "HTTP/1.1 400 Bad Request") << bad;
     EXPECT_NE(body_of(response).find("\"error\":"), std::string::npos) << bad;
+  }
+}
+
+TEST(AdminServerRoutes, ErrorBodiesAreJsonWhateverTheRequestQuotes) {
+  AdminHandlers h;
+  h.check_ready = [] { throw std::runtime_error("table missing \xff"); };
+  h.metrics = [] { return std::string(); };
+  h.status_json = [] { return std::string("{}"); };
+  h.dead_json = [](auto, auto, int) { return std::string("[]"); };
+  h.replay = [](const std::string&) { return false; };
+  AdminServer server("127.0.0.1", 0, "tok", std::move(h));
+  server.start();
+  // Found breaking the fix: invalid UTF-8 from the path, a cut multibyte character or an id
+  // was copied into the body, which then was not JSON.
+  std::string long_path = "/";
+  for (int i = 0; i < 150; ++i) {
+    long_path += "\xc3\xa9";
+  }
+  for (const std::string& request :
+       {std::string("GET /\xff\xfe HTTP/1.1\r\n\r\n"), "GET " + long_path + " HTTP/1.1\r\n\r\n",
+        std::string("POST /api/dead/%FF/replay HTTP/1.1\r\nAuthorization: Bearer tok\r\n\r\n"),
+        std::string("GET /readyz HTTP/1.1\r\n\r\n")}) {
+    Client c(server.port());
+    c.send_all(request);
+    const auto response = c.read_all();
+    EXPECT_NE(response.find("Content-Type: application/json"), std::string::npos) << response;
+    const auto body = body_of(response);
+    EXPECT_TRUE(valid_utf8_for_test(body)) << body;
   }
 }
 
