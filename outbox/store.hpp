@@ -135,11 +135,12 @@ class OutboxStore {
                                                  std::chrono::milliseconds lock_timeout,
                                                  std::chrono::microseconds skip_recent, int limit,
                                                  const PendingKey* after = nullptr) = 0;
-  /// DEAD rows, optional filters, oldest first.
+  /// DEAD rows, optional filters, oldest first. With `with_payloads` false the payloads are not
+  /// read (empty in the result): listings stay small whatever the events carry.
   virtual std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                               std::optional<std::string_view> event_type,
                                               std::optional<std::string_view> aggregate_type,
-                                              int limit) = 0;
+                                              int limit, bool with_payloads = true) = 0;
   /// DEAD → NEW with attempts 0, due now. Returns rows changed.
   virtual int replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) = 0;
   /// Number of DEAD rows, optionally of one type.

@@ -472,6 +472,13 @@ TEST_P(StoreContract, DeadQueriesFilterCountAndReplay) {
   EXPECT_EQ(store().query_dead(conn(), std::nullopt, "X", 10).size(), 1u);
   EXPECT_EQ(store().query_dead(conn(), "B", "X", 10).size(), 0u);
   EXPECT_EQ(store().query_dead(conn(), std::nullopt, std::nullopt, 1).size(), 1u);
+  EXPECT_EQ(all[1].payload, "{}");
+  // Listings leave the payloads out (one listing of large DEAD events once took gigabytes).
+  const auto listed = store().query_dead(conn(), std::nullopt, std::nullopt, 10, false);
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[1].event_id, "d2");
+  EXPECT_EQ(listed[1].last_error, "e2");
+  EXPECT_TRUE(listed[1].payload.empty());
   EXPECT_EQ(store().replay_dead(conn(), "d1", t0 + 50s), 1);
   EXPECT_EQ(store().replay_dead(conn(), "d1", t0 + 50s), 0);
   EXPECT_EQ(store().replay_dead(conn(), "alive", t0 + 50s), 0);

@@ -87,15 +87,20 @@ const char* signal_name(int sig) {
   }
 }
 
+// SIGINT, SIGTERM and SIGHUP: the relay's stop signals (SIGHUP, a closed terminal or a
+// supervisor's reload, stops gracefully too, never abruptly).
+sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  return set;
+}
+
+// Runs with the stop signals blocked since main began, so only the waits below receive them.
 int run_relay(const std::string& config_path) {
-  // Block the stop signals before any thread starts, so only the waits below receive them.
-  // SIGHUP (a closed terminal, a supervisor's reload) stops gracefully too, never abruptly.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  sigset_t stop_signals = stop_signal_set();
 
   const timespec poll_period{0, 50'000'000};
   // Starting may wait for a database up to database.connect_timeout: it runs beside the signal
@@ -165,6 +170,10 @@ int main(int argc, char** argv) {
   // A closed pipe (stdout of the log publisher, a client gone) is an error to handle where it
   // happens (EPIPE, retried), not a reason to die without draining.
   std::signal(SIGPIPE, SIG_IGN);
+  // Blocked from the first moment (a stop asked for while the command line is read must reach
+  // the relay's wait, not kill it); the other commands unblock them after parsing.
+  const sigset_t stop_signals = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   CLI::App app{"outbox: transactional-outbox relay and operator tools"};
   app.require_subcommand(1);
   std::string log_level = "info";
@@ -225,6 +234,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
   install_logging(log_level);
+  if (!relay_cmd->parsed()) {
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
+  }
 
   try {
     if (relay_cmd->parsed()) {
@@ -257,7 +269,7 @@ int main(int argc, char** argv) {
       auto store = detect_store(*conn, dead_db.table);
       if (list_cmd->parsed()) {
         const auto rows = store->query_dead(*conn, optional_view(dead_type),
-                                            optional_view(dead_aggregate), dead_limit);
+                                            optional_view(dead_aggregate), dead_limit, false);
         std::fputs(dead_json ? (relay::dead_to_json(rows) + "\n").c_str()
                              : relay::dead_to_text(rows).c_str(),
                    stdout);

@@ -17,10 +17,10 @@ std::vector<Span> secret_spans(std::string_view url) {
   const auto scheme = url.find("://");
   if (scheme != std::string_view::npos) {
     const std::size_t start = scheme + 3;
-    // The user info ends at the last '@' before a query: a password may hold an unencoded '/'
-    // (then drivers split the URL elsewhere, but the secret is still all of it).
-    const std::size_t authority_end = std::min(url.find_first_of("?#", start), url.size());
-    const auto at = url.substr(start, authority_end - start).rfind('@');
+    // The user info ends at the last '@': a password may hold an unencoded '/', '?' or '#'
+    // (drivers then split the URL elsewhere, but the secret is still all of it). An '@' later
+    // in the URL only makes more of it redacted.
+    const auto at = url.substr(start).rfind('@');
     if (at != std::string_view::npos) {
       const auto colon = url.substr(start, at).find(':');
       if (colon != std::string_view::npos) {

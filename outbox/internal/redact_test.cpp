@@ -16,6 +16,13 @@ TEST(Redact, UrlsLoseTheirPasswordsAndNothingElse) {
   EXPECT_EQ(redact_url("mysql://u:pw@with@at@h:1/d"), "mysql://u:***@h:1/d");
   // Found breaking the fix: an unencoded '/' in the password hid the '@'.
   EXPECT_EQ(redact_url("mysql://u:S3CRET/x@127.0.0.1:1/db"), "mysql://u:***@127.0.0.1:1/db");
+  EXPECT_EQ(redact_url("mysql://root:Hunt?er2@127.0.0.1:bad/db"),
+            "mysql://root:***@127.0.0.1:bad/db");
+  EXPECT_EQ(redact_url("postgresql://u:Hunt#er2@[::1/db"), "postgresql://u:***@[::1/db");
+  // Overlapping secrets: more is hidden, nothing is shown.
+  const auto both = redact_url("postgresql://u:first@h/d?password=sec@ond");
+  EXPECT_EQ(both.find("first"), std::string::npos) << both;
+  EXPECT_EQ(both.find("sec"), std::string::npos) << both;
 }
 
 TEST(Redact, MessagesLoseEveryCopyOfThePassword) {

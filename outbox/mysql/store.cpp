@@ -162,6 +162,9 @@ MySqlOutboxStore::MySqlOutboxStore(Options options) : options_(std::move(options
     options_.codec = &JsonCodec::default_codec();
   }
   select_ = select_list();
+  select_without_payload_ = select_;
+  select_without_payload_.replace(select_without_payload_.find("payload,"), 8, "'',");
+  select_without_payload_.replace(select_without_payload_.rfind("payload_bytes"), 13, "NULL");
 }
 
 void MySqlOutboxStore::insert_new(sql::Connection& conn, const EventEnvelope& event,
@@ -445,9 +448,9 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
 
 std::vector<OutboxEvent> MySqlOutboxStore::query_dead(
     sql::Connection& conn, std::optional<std::string_view> event_type,
-    std::optional<std::string_view> aggregate_type, int limit) {
+    std::optional<std::string_view> aggregate_type, int limit, bool with_payloads) {
   return internal::events_from_rows(conn.query(
-      "SELECT " + select_ + " FROM " + options_.table +
+      "SELECT " + (with_payloads ? select_ : select_without_payload_) + " FROM " + options_.table +
           " WHERE status = 3 AND (? IS NULL OR event_type = ?) AND "
           "(? IS NULL OR aggregate_type = ?) ORDER BY created_at, event_id LIMIT ?",
       {sql::text_or_null(event_type), sql::text_or_null(event_type),

@@ -61,8 +61,8 @@ class MySqlOutboxStore final : public OutboxStore {
                                          const PendingKey* after = nullptr) override;
   std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                       std::optional<std::string_view> event_type,
-                                      std::optional<std::string_view> aggregate_type,
-                                      int limit) override;
+                                      std::optional<std::string_view> aggregate_type, int limit,
+                                      bool with_payloads = true) override;
   int replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
   int count_dead(sql::Connection& conn, std::optional<std::string_view> event_type) override;
   std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) override;
@@ -79,6 +79,7 @@ class MySqlOutboxStore final : public OutboxStore {
   std::size_t packet_budget(sql::Connection& conn);
   Options options_;
   std::string select_;
+  std::string select_without_payload_;         // the same columns, the payloads left empty
   std::atomic<std::size_t> packet_budget_{0};  // bytes per INSERT; 0: not asked yet
 };
 

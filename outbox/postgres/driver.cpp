@@ -121,12 +121,34 @@ class PgConnection final : public sql::Connection {
     return s == PQTRANS_INTRANS || s == PQTRANS_INERROR || s == PQTRANS_ACTIVE;
   }
   std::string_view dialect() const override { return "postgres"; }
+
+  // Server notices (IF NOT EXISTS skips, a terminating backend's FATAL) go to our log, not
+  // straight to the process's stderr; a FATAL one marks the session as ending. Our own
+  // connections only: a caller's handle keeps the caller's processor.
+  void take_notices() {
+    PQsetNoticeProcessor(
+        conn_,
+        [](void* self, const char* message) {
+          std::string text(message);
+          while (!text.empty() && text.back() == '\n') {
+            text.pop_back();
+          }
+          if (text.rfind("FATAL:", 0) == 0) {
+            static_cast<PgConnection*>(self)->terminated_ = true;
+          }
+          log(LogLevel::Debug, "postgres: " + text);
+        },
+        this);
+  }
   bool is_broken() const override { return PQstatus(conn_) == CONNECTION_BAD; }
   bool alive(std::chrono::milliseconds) noexcept override {
-    // Non-blocking: takes in what a restarted or stopping server sent (its termination notice,
-    // NOTIFYs), then looks for the end of the stream it left behind.
-    if (PQstatus(conn_) == CONNECTION_BAD || PQconsumeInput(conn_) == 0 ||
-        PQstatus(conn_) == CONNECTION_BAD) {
+    // Non-blocking: takes in what a restarted or stopping server sent (its FATAL termination
+    // notice, which may come before the end of the stream does), then looks for that end.
+    if (PQstatus(conn_) == CONNECTION_BAD || PQconsumeInput(conn_) == 0) {
+      return false;
+    }
+    PQisBusy(conn_);  // parses what was read: a FATAL notice reaches take_notices()
+    if (PQstatus(conn_) == CONNECTION_BAD || terminated_) {
       return false;
     }
     char byte;
@@ -312,7 +334,8 @@ class PgConnection final : public sql::Connection {
   static inline std::atomic<std::uint64_t> instances{0};
   PGconn* conn_;
   bool owned_;
-  bool begun_ = false;  // between begin() and commit()/rollback()
+  bool begun_ = false;       // between begin() and commit()/rollback()
+  bool terminated_ = false;  // the server announced the end of the session (FATAL notice)
   std::uint64_t instance_;
   std::uint64_t statement_counter_ = 0;  // names are never reused, even after DEALLOCATE
   int backend_pid_ = 0;                  // the server session statements_ belong to
@@ -346,19 +369,9 @@ std::unique_ptr<sql::Connection> connect(const std::string& conninfo,
     }
     throw StoreError("postgres: cannot connect: " + msg, "08001");
   }
-  // Server notices (IF NOT EXISTS skips, a terminating backend's FATAL) go to our log, not
-  // straight to the process's stderr.
-  PQsetNoticeProcessor(
-      conn,
-      [](void*, const char* message) {
-        std::string text(message);
-        while (!text.empty() && text.back() == '\n') {
-          text.pop_back();
-        }
-        log(LogLevel::Debug, "postgres: " + text);
-      },
-      nullptr);
-  return std::make_unique<PgConnection>(conn, true);
+  auto wrapped = std::make_unique<PgConnection>(conn, true);
+  wrapped->take_notices();
+  return wrapped;
 }
 
 std::unique_ptr<sql::Connection> wrap(pg_conn* conn) {

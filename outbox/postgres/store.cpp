@@ -125,6 +125,10 @@ PostgresOutboxStore::PostgresOutboxStore(Options options) : options_(std::move(o
     options_.codec = &JsonCodec::default_codec();
   }
   select_ = select_list();
+  select_without_payload_ = select_;
+  select_without_payload_.replace(select_without_payload_.find("payload::text"), 13, "''::text");
+  select_without_payload_.replace(select_without_payload_.rfind("payload_bytes"), 13,
+                                  "NULL::bytea");
   insert_one_sql_ = insert_sql(1);
 }
 
@@ -358,9 +362,9 @@ std::vector<OutboxEvent> PostgresOutboxStore::claim_pending(sql::Connection& con
 
 std::vector<OutboxEvent> PostgresOutboxStore::query_dead(
     sql::Connection& conn, std::optional<std::string_view> event_type,
-    std::optional<std::string_view> aggregate_type, int limit) {
+    std::optional<std::string_view> aggregate_type, int limit, bool with_payloads) {
   return internal::events_from_rows(conn.query(
-      "SELECT " + select_ + " FROM " + options_.table +
+      "SELECT " + (with_payloads ? select_ : select_without_payload_) + " FROM " + options_.table +
           " WHERE status = 3 AND ($1::text IS NULL OR event_type = $1) AND "
           "($2::text IS NULL OR aggregate_type = $2) "
           "ORDER BY created_at, event_id LIMIT $3",

@@ -60,8 +60,8 @@ class PostgresOutboxStore final : public OutboxStore {
                                          const PendingKey* after = nullptr) override;
   std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                       std::optional<std::string_view> event_type,
-                                      std::optional<std::string_view> aggregate_type,
-                                      int limit) override;
+                                      std::optional<std::string_view> aggregate_type, int limit,
+                                      bool with_payloads = true) override;
   int replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
   int count_dead(sql::Connection& conn, std::optional<std::string_view> event_type) override;
   std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) override;
@@ -80,6 +80,7 @@ class PostgresOutboxStore final : public OutboxStore {
   Options options_;
   std::string insert_sql(std::size_t rows) const;
   std::string select_;
+  std::string select_without_payload_;  // the same columns, the payloads left empty
   std::string insert_one_sql_;
 };
 

@@ -119,7 +119,8 @@ ReplayAllResult replay_all_dead(sql::Connection& conn, OutboxStore& store,
   // has just sent DEAD again and replay them over and over.
   std::vector<std::string> ids;
   {
-    const auto rows = store.query_dead(conn, event_type, aggregate_type, kReplayAllLimit + 1);
+    const auto rows =
+        store.query_dead(conn, event_type, aggregate_type, kReplayAllLimit + 1, false);
     ids.reserve(rows.size());
     for (const auto& row : rows) {
       ids.push_back(row.event_id);

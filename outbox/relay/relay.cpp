@@ -222,7 +222,7 @@ struct Relay::Impl {
         t = *type;
       if (aggregate)
         a = *aggregate;
-      return dead_to_json(store->query_dead(*conn, t, a, limit));
+      return dead_to_json(store->query_dead(*conn, t, a, limit, false));
     };
     h.replay = [this](const std::string& id) {
       auto conn = pool->acquire();

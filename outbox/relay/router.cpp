@@ -97,6 +97,26 @@ bool is_dns_label(std::string_view value) {
   return true;
 }
 
+// Refuses a URL whose path holds a "." or ".." segment: libcurl (and servers) would remove
+// it and send the request to another path.
+void refuse_dot_segments(std::string_view url) {
+  const auto authority_end = url.find_first_of("/?#", url.find("://") + 3);
+  if (authority_end == std::string_view::npos || url[authority_end] != '/') {
+    return;
+  }
+  const auto path_end = std::min(url.find_first_of("?#", authority_end), url.size());
+  std::size_t segment = authority_end + 1;
+  while (segment <= path_end) {
+    const auto end = std::min(url.find('/', segment), path_end);
+    const auto text = url.substr(segment, end - segment);
+    if (text == "." || text == "..") {
+      throw std::invalid_argument("the URL path would hold a '" + std::string(text) +
+                                  "' segment, which moves the request elsewhere");
+    }
+    segment = end + 1;
+  }
+}
+
 }  // namespace
 
 std::string expand_target(std::string_view target, const EventEnvelope& event) {
@@ -111,6 +131,9 @@ std::string expand_target(std::string_view target, const EventEnvelope& event) {
     const auto close = open == std::string_view::npos ? open : target.find('}', open);
     if (close == std::string_view::npos) {
       out.append(target.substr(pos));
+      if (url) {
+        refuse_dot_segments(out);
+      }
       return out;
     }
     out.append(target.substr(pos, open - pos));
@@ -138,11 +161,14 @@ std::string expand_target(std::string_view target, const EventEnvelope& event) {
       }
       out.append(*value);
     } else {
-      // "." and ".." survive encoding and would climb the path once normalized.
-      // An empty value between two slashes makes "//", which many servers merge: the parent
-      // path again.
-      const bool empty_segment = value->empty() && !out.empty() && out.back() == '/' &&
-                                 close + 1 < target.size() && target[close + 1] == '/';
+      // "." and ".." survive encoding and would climb the path once normalized (also when
+      // they only form with the text around them: checked on the whole path at the end). An
+      // empty value as a whole segment names the parent: "/orders/" or "//", which many
+      // servers merge.
+      const bool empty_segment =
+          value->empty() && !out.empty() && out.back() == '/' &&
+          (close + 1 == target.size() ||
+           std::string_view("/?#").find(target[close + 1]) != std::string_view::npos);
       if (*value == "." || *value == ".." || empty_segment) {
         throw std::invalid_argument("{" + std::string(name) + "} = '" + std::string(*value) +
                                     "' cannot be placed in a URL path");

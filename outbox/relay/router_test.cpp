@@ -31,8 +31,10 @@ TEST(Router, FirstMatchingRouteWinsAndTemplatesExpand) {
                .payload_json("{}")
                .build();
   EXPECT_EQ(expand_target("{event_type}-out-0", e), "WalletCredited-out-0");
-  EXPECT_EQ(expand_target("http://h/{aggregate_type}/{aggregate_id}/{tenant_id}", e),
-            "http://h/Wallet/w-1/");
+  EXPECT_EQ(expand_target("http://h/{aggregate_type}/{aggregate_id}", e), "http://h/Wallet/w-1");
+  // An absent id as a whole path segment would name the parent: refused.
+  EXPECT_THROW(expand_target("http://h/{aggregate_type}/{aggregate_id}/{tenant_id}", e),
+               std::invalid_argument);
   EXPECT_EQ(template_problem("{event_type}-out-0"), std::nullopt);
   EXPECT_NE(template_problem("x-{event_type"), std::nullopt);
 }
@@ -63,6 +65,17 @@ TEST(Router, UrlTemplatesEncodeValuesSoTheyCannotLeaveTheirComponent) {
   // Found breaking the fix: an empty value made "/customers//events", which servers that merge
   // slashes route to "/customers/events". In the query an empty value is fine.
   EXPECT_THROW(expand_target(target, with_ids("")), std::invalid_argument);
+  // Found breaking it again: a dot formed with the template's own text, and an empty value
+  // ending the path (the parent collection).
+  EXPECT_THROW(expand_target("http://h/t/{tenant_id}.{aggregate_id}/hook", with_ids("", "")),
+               std::invalid_argument);
+  EXPECT_THROW(expand_target("http://h/t/{tenant_id}./hook", with_ids("x", ".")),
+               std::invalid_argument);
+  EXPECT_THROW(expand_target("http://h/orders/{aggregate_id}", with_ids("")),
+               std::invalid_argument);
+  EXPECT_THROW(expand_target("http://h/orders/{aggregate_id}?t=1", with_ids("")),
+               std::invalid_argument);
+  EXPECT_EQ(expand_target("http://h/t/{tenant_id}.json", with_ids("x", "a")), "http://h/t/a.json");
   EXPECT_EQ(expand_target("http://h/x?t={tenant_id}#{tenant_id}", with_ids("a", "")),
             "http://h/x?t=#");
   // In the host a value is one DNS label or nothing.

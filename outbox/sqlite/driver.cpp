@@ -345,15 +345,18 @@ class WalCheckpointer {
           conn = open(path_, own);
         }
         const auto frames = conn->query("PRAGMA wal_checkpoint(PASSIVE)");
-        if (!frames.empty() && frames[0].get_int(1) >= options_.checkpoint_pages) {
+        if (!frames.empty() && frames[0].get_int(1) >= options_.checkpoint_pages &&
+            std::chrono::steady_clock::now() >= next_truncate_) {
           // The truncating checkpoint waits for the readers still on older snapshots, holding
           // off writers meanwhile: 100 ms first, doubled after each attempt that readers
-          // outlasted (up to 6.4 s), so long overlapping reads cannot keep the WAL growing.
+          // outlasted, up to 1.6 s; after a blocked attempt writers get as long again before
+          // the next one, so a writer with a busy timeout of 2 s or more always gets through.
           const auto wait = std::chrono::milliseconds(100L << truncate_failures_);
           conn->query("PRAGMA busy_timeout=" + std::to_string(wait.count()));
           const auto result = conn->query("PRAGMA wal_checkpoint(TRUNCATE)");
           const bool blocked = result.empty() || result[0].get_int(0) != 0;
-          truncate_failures_ = blocked ? std::min(truncate_failures_ + 1, 6) : 0;
+          truncate_failures_ = blocked ? std::min(truncate_failures_ + 1, 4) : 0;
+          next_truncate_ = blocked ? std::chrono::steady_clock::now() + wait : next_truncate_;
         }
       } catch (const std::exception& e) {
         conn.reset();  // busy readers or a lost file: try again next time
@@ -366,7 +369,8 @@ class WalCheckpointer {
   std::string path_;
   OpenOptions options_;
   int truncate_failures_ = 0;  // consecutive truncating checkpoints that readers outlasted
-  std::mutex mutex_;           // guards stop_
+  std::chrono::steady_clock::time_point next_truncate_;  // writers' turn until then
+  std::mutex mutex_;                                     // guards stop_
   std::condition_variable wake_;
   bool stop_ = false;
   std::thread thread_;

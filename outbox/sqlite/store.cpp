@@ -54,6 +54,8 @@ SqliteOutboxStore::SqliteOutboxStore(std::string table, const JsonCodec& codec)
   select_columns_ =
       "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, "
       "attempts, available_at, created_at, done_at, last_error, locked_by, locked_at";
+  select_without_payload_ = select_columns_;
+  select_without_payload_.replace(select_without_payload_.find("payload,"), 8, "'',");
   // Built once so the hot path does not format SQL.
   // An empty owner parameter means "whoever holds the row" (no claim locking).
   const auto owned = [](int param) {
@@ -273,9 +275,9 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
 
 std::vector<OutboxEvent> SqliteOutboxStore::query_dead(
     sql::Connection& conn, std::optional<std::string_view> event_type,
-    std::optional<std::string_view> aggregate_type, int limit) {
+    std::optional<std::string_view> aggregate_type, int limit, bool with_payloads) {
   return internal::events_from_rows(conn.query(
-      "SELECT " + select_columns_ + " FROM " + table_ +
+      "SELECT " + (with_payloads ? select_columns_ : select_without_payload_) + " FROM " + table_ +
           " WHERE status = 3 AND (?1 IS NULL OR event_type = ?1) AND "
           "(?2 IS NULL OR aggregate_type = ?2) "
           "ORDER BY created_at, event_id LIMIT ?3",

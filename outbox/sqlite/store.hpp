@@ -50,8 +50,8 @@ class SqliteOutboxStore final : public OutboxStore {
                                          const PendingKey* after = nullptr) override;
   std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                       std::optional<std::string_view> event_type,
-                                      std::optional<std::string_view> aggregate_type,
-                                      int limit) override;
+                                      std::optional<std::string_view> aggregate_type, int limit,
+                                      bool with_payloads = true) override;
   int replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
   int count_dead(sql::Connection& conn, std::optional<std::string_view> event_type) override;
   std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) override;
@@ -70,6 +70,7 @@ class SqliteOutboxStore final : public OutboxStore {
   std::string table_;
   const JsonCodec& codec_;
   std::string select_columns_;
+  std::string select_without_payload_;  // the same columns, the payload left empty
   std::string mark_done_sql_, mark_retry_sql_, mark_deferred_sql_, mark_dead_sql_, poll_sql_,
       poll_after_sql_, claim_sql_, claim_after_sql_;
 };

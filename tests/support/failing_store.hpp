@@ -69,8 +69,9 @@ class FailingDoneStore final : public OutboxStore {
     return inner_->claim_pending(c, owner, now, lock, skip, limit, after);
   }
   std::vector<OutboxEvent> query_dead(sql::Connection& c, std::optional<std::string_view> t,
-                                      std::optional<std::string_view> a, int limit) override {
-    return inner_->query_dead(c, t, a, limit);
+                                      std::optional<std::string_view> a, int limit,
+                                      bool with_payloads = true) override {
+    return inner_->query_dead(c, t, a, limit, with_payloads);
   }
   int replay_dead(sql::Connection& c, std::string_view id, Timestamp now) override {
     return inner_->replay_dead(c, id, now);

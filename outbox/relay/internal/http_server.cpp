@@ -302,7 +302,7 @@ struct HttpServer::Impl {
       if (fd < 0) {
         return;  // EAGAIN, or an error that the next poll reports again
       }
-      if (connections.size() >= limits.max_connections && !evict_oldest_unfinished_head()) {
+      if (connections.size() >= limits.max_connections && !evict_oldest_unfinished_request()) {
         close(fd);
         continue;
       }
@@ -416,11 +416,13 @@ struct HttpServer::Impl {
     connections.erase(it);
   }
 
-  // Closes the oldest connection still sending its request head; false when there is none.
-  bool evict_oldest_unfinished_head() {
+  // Closes the oldest connection still sending its request (head or body); false when there is
+  // none.
+  bool evict_oldest_unfinished_request() {
     auto oldest = connections.end();
     for (auto it = connections.begin(); it != connections.end(); ++it) {
-      if (it->second.state == Connection::State::Head &&
+      const auto state = it->second.state;
+      if ((state == Connection::State::Head || state == Connection::State::Body) &&
           (oldest == connections.end() || it->second.deadline < oldest->second.deadline)) {
         oldest = it;
       }

@@ -38,8 +38,8 @@ struct HttpLimits {
   /// From accept to the last byte of the request; the client is dropped after it.
   std::chrono::milliseconds request_deadline{10000};
   std::chrono::milliseconds write_deadline{5000};  ///< to send a response
-  /// Open at once; beyond it a new client replaces the oldest one still sending its head (a
-  /// flood of idle connections cannot lock out a liveness probe).
+  /// Open at once; beyond it a new client replaces the oldest one still sending its request (a
+  /// flood of idle or stalled connections cannot lock out a liveness probe).
   std::size_t max_connections = 256;
   /// Response bytes waiting for slow readers, all clients together; a response that would pass
   /// it is replaced by a 503.

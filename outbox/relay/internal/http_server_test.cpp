@@ -220,11 +220,17 @@ TEST(AdminHttpServer, AFloodOfIdleConnectionsCannotLockOutANewClient) {
   std::vector<std::unique_ptr<Client>> idle;
   for (int i = 0; i < 8; ++i) {
     idle.push_back(std::make_unique<Client>(server->port()));
-    idle.back()->send_all("GET /x HTTP/1.1\r\n");
+    // Half stall in the head; half pass the screen and stall in a body they never send.
+    idle.back()->send_all(i % 2 == 0 ? "GET /x HTTP/1.1\r\n"
+                                     : "GET /x HTTP/1.1\r\nAuthorization: Bearer t\r\n"
+                                       "Content-Length: 60000\r\n\r\n");
   }
-  Client fresh(server->port());
-  fresh.send_all("GET /x HTTP/1.1\r\nAuthorization: Bearer t\r\n\r\n");
-  EXPECT_EQ(status_line(fresh.read_all()), "HTTP/1.1 200 OK");
+  // More new clients than the flood holds: each replaces the oldest stalled one.
+  for (int i = 0; i < 12; ++i) {
+    Client fresh(server->port());
+    fresh.send_all("GET /x HTTP/1.1\r\nAuthorization: Bearer t\r\n\r\n");
+    EXPECT_EQ(status_line(fresh.read_all()), "HTTP/1.1 200 OK") << i;
+  }
   // The oldest idle client made room.
   idle.front()->read_all(5s);
   EXPECT_TRUE(idle.front()->closed_by_server());
