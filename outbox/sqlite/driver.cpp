@@ -296,7 +296,21 @@ std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions
   auto conn = std::make_unique<SqliteConnection>(db, true);
   conn->set_busy_timeout(options.busy_timeout);
   if (options.wal) {
-    conn->query("PRAGMA journal_mode=WAL");
+    // Switching a new file to WAL can answer "database is locked" without calling the busy
+    // handler while other connections open it at the same time (concurrent first starts or
+    // migrations): retried within the busy timeout.
+    const auto deadline = std::chrono::steady_clock::now() + options.busy_timeout;
+    for (;;) {
+      try {
+        conn->query("PRAGMA journal_mode=WAL");
+        break;
+      } catch (const StoreError&) {
+        if (std::chrono::steady_clock::now() >= deadline) {
+          throw;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
   }
   if (options.synchronous_normal) {
     conn->execute("PRAGMA synchronous=NORMAL");
