@@ -217,8 +217,15 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
         none);
   }
   if (result.from == 0) {
-    conn.execute("INSERT INTO outbox_schema_version (table_name, version) VALUES ('" + table +
-                     "', " + std::to_string(kSchemaVersion) + ")",
+    // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)
+    // still cannot fail on the key.
+    const std::string_view dialect = conn.dialect();
+    const std::string values = " INTO outbox_schema_version (table_name, version) VALUES ('" +
+                               table + "', " + std::to_string(kSchemaVersion) + ")";
+    conn.execute(dialect == "mysql" ? "INSERT IGNORE" + values
+                 : dialect == "postgres"
+                     ? "INSERT" + values + " ON CONFLICT (table_name) DO NOTHING"
+                     : "INSERT OR IGNORE" + values,
                  none);
   } else if (result.from < kSchemaVersion) {
     conn.execute("UPDATE outbox_schema_version SET version = " + std::to_string(kSchemaVersion) +
