@@ -237,4 +237,20 @@ TEST(EnvelopeText, StoredRowsDecodeWithoutTheWriteChecks) {
   EXPECT_EQ(e.event_id(), row.event_id);
 }
 
+TEST(EnvelopeText, AnEventRebuiltFromARowKeepsItsDueTime) {
+  outbox::OutboxEvent row;
+  row.event_id = "r1";
+  row.event_type = "T";
+  row.aggregate_type = "A";
+  row.payload = "{}";
+  row.payload_is_json = true;
+  row.created_at = outbox::from_micros(1'700'000'000'000'000);
+  row.available_at = row.created_at + std::chrono::minutes(5);
+  const auto codec = &outbox::JsonCodec::default_codec();
+  EXPECT_EQ(outbox::to_envelope(row, *codec).available_at(), row.available_at);
+  // Due before it was created (a writer with a skewed clock): at once, and still decoded.
+  row.available_at = row.created_at - std::chrono::minutes(5);
+  EXPECT_EQ(outbox::to_envelope(row, *codec).available_at(), std::nullopt);
+}
+
 }  // namespace

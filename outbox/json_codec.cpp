@@ -98,10 +98,15 @@ class Parser {
         skip_ws();
         expect(':');
         skip_ws();
-        if (peek() != '"') {
-          fail("header values must be strings");
+        if (text_.substr(pos_, 4) == "null") {
+          // Other producers write absent headers as null: the header is absent.
+          pos_ += 4;
+          result.erase(key);
+        } else if (peek() != '"') {
+          fail("header values must be strings or null");
+        } else {
+          result.insert_or_assign(std::move(key), parse_string());
         }
-        result.insert_or_assign(std::move(key), parse_string());
         skip_ws();
         if (peek() == ',') {
           ++pos_;

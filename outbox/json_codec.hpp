@@ -17,7 +17,8 @@ class JsonCodec {
   virtual ~JsonCodec() = default;
   /// JSON object text, or nullopt for an empty map. Throws std::invalid_argument on an empty key.
   virtual std::optional<std::string> to_json(const Headers& headers) const = 0;
-  /// Parses a flat object of string values; empty input or `null` give an empty map.
+  /// Parses a flat object of string values (a `null` value: the header is absent, as other
+  /// producers write it); empty input or `null` give an empty map.
   /// Throws std::invalid_argument (with the offset) on malformed or non-object input.
   virtual Headers parse_object(std::string_view json) const = 0;
   /// The built-in zero-dependency codec, shared.

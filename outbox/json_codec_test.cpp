@@ -35,6 +35,15 @@ TEST(JsonCodec, EmptyAndNullInputGiveEmptyMap) {
   EXPECT_TRUE(codec().parse_object("{ }").empty());
 }
 
+TEST(JsonCodec, NullValuesAreAbsentHeaders) {
+  // Other producers write absent headers as null; those events once went DEAD undecoded.
+  const auto headers = codec().parse_object(R"({"a":null,"b":"x","c": null })");
+  EXPECT_EQ(headers.size(), 1u);
+  EXPECT_EQ(headers.at("b"), "x");
+  EXPECT_THROW(codec().parse_object(R"({"a":nul})"), std::invalid_argument);
+  EXPECT_THROW(codec().parse_object(R"({"a":nullx})"), std::invalid_argument);
+}
+
 TEST(JsonCodec, RejectsNonObjectsWithClearErrors) {
   for (const char* bad : {"[1]", "\"s\"", "42", "{\"a\":1}", "{\"a\":\"b\"", "{\"a\" \"b\"}",
                           "{\"a\":\"b\"} x", "{\"\\ud83d\":\"x\"}", "{\"a\":\"\\udc00\"}",

@@ -5,10 +5,12 @@
 namespace outbox {
 namespace {
 
+// Length-prefixed, so that no two (aggregate type, event type) pairs share a key:
+// ("a:b", "c") and ("a", "b:c") once did.
 std::string route_key(std::string_view aggregate_type, std::string_view event_type) {
-  std::string key;
-  key.reserve(aggregate_type.size() + 1 + event_type.size());
-  key.append(aggregate_type).append(":").append(event_type);
+  std::string key = std::to_string(aggregate_type.size());
+  key.reserve(key.size() + 1 + aggregate_type.size() + event_type.size());
+  key.append(":").append(aggregate_type).append(event_type);
   return key;
 }
 
@@ -33,7 +35,9 @@ DefaultListenerRegistry& DefaultListenerRegistry::register_listener(AggregateTyp
   auto [it, inserted] =
       listeners_.try_emplace(key, std::make_shared<const EventListener>(std::move(listener)));
   if (!inserted) {
-    throw std::logic_error("register_listener: a listener is already registered for " + key);
+    throw std::logic_error(
+        "register_listener: a listener is already registered for aggregate type '" +
+        aggregate_type.name() + "' and event type '" + event_type.name() + "'");
   }
   return *this;
 }

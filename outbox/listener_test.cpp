@@ -8,6 +8,7 @@ namespace {
 
 using outbox::AggregateType;
 using outbox::DefaultListenerRegistry;
+using outbox::EventEnvelope;
 using outbox::EventType;
 
 TEST(DefaultListenerRegistry, RoutesByAggregateAndEventType) {
@@ -31,6 +32,18 @@ TEST(DefaultListenerRegistry, DuplicateRegistrationThrows) {
   reg.register_listener(EventType::of("X"), [](const auto&) {});
   EXPECT_THROW(reg.register_listener(EventType::of("X"), [](const auto&) {}), std::logic_error);
   EXPECT_THROW(reg.register_listener(EventType::of("Y"), nullptr), std::invalid_argument);
+  // Pairs whose joined text is the same are different routes (they once shared a key).
+  int first = 0, second = 0;
+  reg.register_listener(AggregateType::of("a:b"), EventType::of("c"),
+                        [&](const auto&) { ++first; });
+  reg.register_listener(AggregateType::of("a"), EventType::of("b:c"),
+                        [&](const auto&) { ++second; });
+  const auto e = EventEnvelope::of_json(EventType::of("c"), "{}");
+  (*reg.listener_for("a:b", "c"))(e);
+  (*reg.listener_for("a", "b:c"))(e);
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(second, 1);
+  EXPECT_EQ(reg.listener_for("a:b:", "c"), nullptr);
   EXPECT_THROW(reg.register_listener(EventType::of(""), [](const auto&) {}), std::invalid_argument);
 }
 

@@ -24,7 +24,8 @@ std::chrono::milliseconds ExponentialBackoffRetryPolicy::compute_delay(int attem
   if (jitter_) {
     std::uniform_real_distribution<double> dist(0.5, 1.5);
     std::lock_guard lock(rng_mutex_);
-    delay *= dist(rng_);
+    // The cap holds with the jitter included: backoff_max is the longest any retry waits.
+    delay = std::min(static_cast<double>(max_.count()), delay * dist(rng_));
   }
   return std::chrono::milliseconds(static_cast<std::int64_t>(delay));
 }

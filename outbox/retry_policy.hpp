@@ -15,7 +15,8 @@ class RetryPolicy {
   virtual std::chrono::milliseconds compute_delay(int attempts) const = 0;
 };
 
-/// min(max, base * 2^(attempts-1)) * jitter, jitter uniform in [0.5, 1.5). Thread-safe.
+/// min(max, base * 2^(attempts-1)) * jitter, jitter uniform in [0.5, 1.5), and never more than
+/// max (the cap includes the jitter). Thread-safe.
 class ExponentialBackoffRetryPolicy final : public RetryPolicy {
  public:
   /// Throws std::invalid_argument if base <= 0 or max < base.

@@ -25,6 +25,16 @@ TEST(ExponentialBackoffRetryPolicy, JitterStaysInHalfToOneAndAHalf) {
   }
 }
 
+TEST(ExponentialBackoffRetryPolicy, TheMaximumIsAHardCapWithJitter) {
+  // Once max * 1.5: a configured backoff_max of 5 minutes waited up to 7.5.
+  outbox::ExponentialBackoffRetryPolicy p(milliseconds(1000), milliseconds(2000));
+  for (int attempts = 1; attempts < 40; ++attempts) {
+    for (int i = 0; i < 100; ++i) {
+      EXPECT_LE(p.compute_delay(attempts), milliseconds(2000)) << attempts;
+    }
+  }
+}
+
 TEST(ExponentialBackoffRetryPolicy, RejectsBadBounds) {
   EXPECT_THROW(outbox::ExponentialBackoffRetryPolicy(milliseconds(0), milliseconds(10)),
                std::invalid_argument);

@@ -87,6 +87,11 @@ EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec) {
   builder.event_id(row.event_id)
       .occurred_at(row.created_at)
       .aggregate_type(AggregateType::of(row.aggregate_type));
+  // The row's due time travels with the event (a due time before created_at, which clients with
+  // skewed clocks can write, means "at once" and is left out).
+  if (row.available_at > row.created_at) {
+    builder.available_at(row.available_at);
+  }
   if (row.aggregate_id) {
     builder.aggregate_id(*row.aggregate_id);
   }
