@@ -155,7 +155,7 @@ Outbox Outbox::build(Options o, Mode mode) {
             o.claim_locking ? o.claim_locking->lock_timeout : std::chrono::milliseconds(0),
         .ordered = mode == Mode::Ordered,
     });
-    // On failure from here on, `outbox` is destroyed, which closes the dispatcher (§20.3 step 4).
+    // On failure from here on, `outbox` is destroyed, which closes the dispatcher.
     outbox.poller_ = std::make_unique<OutboxPoller>(OutboxPoller::Options{
         .connection_provider = o.connection_provider,
         .store = o.store,

@@ -69,7 +69,7 @@ class Outbox {
   /// claim_locking is unset.
   static Outbox multi_node(Options options);
   /// Poller only, one worker, one event at a time, one attempt, no hot path: per-aggregate FIFO on
-  /// one node (§19). Failures go DEAD; a RetryLater holds the worker (see OutboxDispatcher).
+  /// one node. Failures go DEAD; a RetryLater holds the worker (see OutboxDispatcher).
   static Outbox ordered(Options options);
   /// Writer without hot path, dispatcher or poller (CDC); purges if a purger is set.
   static Outbox writer_only(Options options);

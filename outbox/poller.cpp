@@ -157,6 +157,13 @@ std::chrono::milliseconds OutboxPoller::next_wait() const {
 }
 
 int OutboxPoller::poll() {
+  {
+    // After close() nothing is handed over: the handler (a closed dispatcher) may be gone.
+    std::lock_guard state(state_mutex_);
+    if (closed_) {
+      return 0;
+    }
+  }
   std::lock_guard cycle(cycle_mutex_);
   auto& handler = *options_.handler;
   const int capacity = handler.available_capacity();

@@ -104,7 +104,7 @@ class OutboxPoller {
   void start();
   /// Runs one cycle on the calling thread; returns the number of events handed over. Database
   /// errors are logged and counted as 0 (never thrown); while they last, the background loop
-  /// backs off (see next_wait()).
+  /// backs off (see next_wait()). After close() it does nothing and returns 0.
   int poll();
   /// Stops the background thread after its current cycle. Idempotent.
   void close();

@@ -92,7 +92,8 @@ class Transaction {
 /// PGconn*, MYSQL* or libpqxx transaction), made visible to OutboxWriter through a
 /// ThreadLocalTxContext for as long as this object lives. The caller ends the transaction with its
 /// own API and then reports the outcome; without a report the destructor assumes a rollback.
-/// Move-only; use on the thread that created it.
+/// Neither copyable nor movable (the thread's context points at it): keep it in the scope of the
+/// caller's transaction, on the thread that created it.
 class ExternalTransaction {
  public:
   /// Binds `connection` (which must stay open) for the calling thread. Throws std::logic_error if
@@ -100,6 +101,8 @@ class ExternalTransaction {
   ExternalTransaction(ThreadLocalTxContext& context, sql::Connection& connection);
   ExternalTransaction(const ExternalTransaction&) = delete;
   ExternalTransaction& operator=(const ExternalTransaction&) = delete;
+  ExternalTransaction(ExternalTransaction&&) = delete;
+  ExternalTransaction& operator=(ExternalTransaction&&) = delete;
   ~ExternalTransaction();
   /// The caller committed: runs after-commit callbacks (the hot path). Throws std::logic_error if
   /// already reported.

@@ -203,6 +203,16 @@ TEST_F(PollerTest, BackgroundLoopPollsAndStartAfterCloseThrows) {
   EXPECT_THROW(p.start(), std::logic_error);
 }
 
+TEST_F(PollerTest, PollAfterCloseHandsNothingOver) {
+  insert("late", clock->now() - 1s);
+  OutboxPoller p(options());
+  p.close();
+  EXPECT_EQ(p.poll(), 0);  // the handler (a closed dispatcher) may already be gone
+  std::lock_guard lock(handler->mutex);
+  EXPECT_TRUE(handler->ids.empty());
+  EXPECT_EQ(handler->cycles.load(), 0);
+}
+
 TEST_F(PollerTest, DatabaseErrorsAreLoggedNotThrownAndBackOff) {
   auto o = options();
   o.interval = 1s;

@@ -77,7 +77,7 @@ struct RelayConfig {
     std::chrono::milliseconds backoff_base{1000};
     std::chrono::milliseconds backoff_max{300000};
     std::chrono::milliseconds drain_timeout{10000};
-    /// One worker, no claim locking, one attempt: per-aggregate order on a single relay (§19).
+    /// One worker, no claim locking, one attempt: per-aggregate order on a single relay.
     bool ordered = false;
   } dispatcher;
   struct Purge {
