@@ -2,12 +2,9 @@
 // names, idle connections the server closed, sessions reset under a wrapper, lax SQL modes,
 // packets over the server's limit, servers that never answer, a WAL that keeps growing.
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <libpq-fe.h>
 #include <mysql.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -24,6 +21,7 @@
 #include "outbox/store.hpp"
 #include "tests/support/engines.hpp"
 #include "tests/support/servers.hpp"
+#include "tests/support/tarpit.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace outbox {
@@ -200,16 +198,8 @@ TEST_P(EngineHardening, ServersThatNeverAnswerTimeOut) {
   if (is("sqlite")) {
     GTEST_SKIP() << "no server";
   }
-  // A listener that accepts (through its backlog) and never says a word.
-  const int tarpit = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  ASSERT_EQ(bind(tarpit, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(tarpit, 16), 0);
-  socklen_t size = sizeof a;
-  getsockname(tarpit, reinterpret_cast<sockaddr*>(&a), &size);
-  const std::string port = std::to_string(ntohs(a.sin_port));
+  testing::Tarpit tarpit;
+  const std::string port = std::to_string(tarpit.port());
   const std::string url = is("postgres") ? "postgresql://u@127.0.0.1:" + port + "/db"
                                          : "mysql://u@127.0.0.1:" + port + "/db";
   auto attempt = std::async(std::launch::async, [&] {
@@ -219,7 +209,6 @@ TEST_P(EngineHardening, ServersThatNeverAnswerTimeOut) {
   // Without a connect timeout this waited forever; the bound here only detects a hang.
   ASSERT_EQ(attempt.wait_for(60s), std::future_status::ready);
   EXPECT_THROW(attempt.get(), StoreError);
-  close(tarpit);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, EngineHardening, testing::all_engines(), testing::engine_name);

@@ -2,14 +2,10 @@
 // ids that try to leave their URL path, empty secrets, receivers that answer "retry now",
 // replays racing a running relay, signals and closed pipes, missing files.
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 
-#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -17,6 +13,7 @@
 #include "outbox/detect/detect.hpp"
 #include "tests/support/http_server.hpp"
 #include "tests/support/relay_cli.hpp"
+#include "tests/support/tarpit.hpp"
 
 namespace outbox {
 namespace {
@@ -173,14 +170,8 @@ TEST_F(RelayHardening, SighupDrainsAndExitsLikeSigterm) {
 }
 
 TEST_F(RelayHardening, ASecondSignalEndsADrainThatCannotFinish) {
-  std::mutex m;
-  std::condition_variable cv;
-  bool release = false;
   testing::HttpTestServer http;
-  http.respond([&](const testing::ReceivedRequest&, httplib::Response&) {
-    std::unique_lock lock(m);
-    cv.wait_for(lock, 60s, [&] { return release; });  // a receiver that never answers in time
-  });
+  http.stall();  // a receiver that never answers in time
   const auto e = event("CustomerChanged", "c-1");
   store->insert_batch(*pool->acquire(), {e});
   RelayProcess relay(dir, webhook_config(http.url("/in"), "[dispatcher]\ndrain_timeout = \"1h\"\n",
@@ -191,22 +182,11 @@ TEST_F(RelayHardening, ASecondSignalEndsADrainThatCannotFinish) {
   kill(relay.pid(), SIGTERM);
   EXPECT_EQ(relay.wait(), 1);
   EXPECT_NE(relay.log().find("again: exiting without draining"), std::string::npos) << relay.log();
-  {
-    std::lock_guard lock(m);
-    release = true;
-  }
-  cv.notify_all();
 }
 
 TEST_F(RelayHardening, DrainTimeoutBoundsAPublishAlreadyInProgress) {
-  std::mutex m;
-  std::condition_variable cv;
-  bool release = false;
   testing::HttpTestServer http;
-  http.respond([&](const testing::ReceivedRequest&, httplib::Response&) {
-    std::unique_lock lock(m);
-    cv.wait_for(lock, 60s, [&] { return release; });
-  });
+  http.stall();
   const auto e = event("CustomerChanged", "c-1");
   store->insert_batch(*pool->acquire(), {e});
   RelayProcess relay(dir, webhook_config(http.url("/in"), "[dispatcher]\ndrain_timeout = \"1s\"\n",
@@ -224,39 +204,21 @@ TEST_F(RelayHardening, DrainTimeoutBoundsAPublishAlreadyInProgress) {
   EXPECT_EQ(after->status, EventStatus::Retry);
   EXPECT_EQ(after->attempts, 0);  // the relay stopped; the receiver did not fail
   EXPECT_NE(after->last_error->find("cancelled"), std::string::npos) << *after->last_error;
-  {
-    std::lock_guard lock(m);
-    release = true;
-  }
-  cv.notify_all();
 }
 
 TEST_F(RelayHardening, ASignalWhileStartingEndsTheWaitForTheDatabase) {
   // A database that accepts connections and never answers: starting waits connect_timeout.
-  const int tarpit = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  ASSERT_EQ(bind(tarpit, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  ASSERT_EQ(listen(tarpit, 16), 0);
-  socklen_t size = sizeof a;
-  getsockname(tarpit, reinterpret_cast<sockaddr*>(&a), &size);
+  testing::Tarpit tarpit;
   RelayProcess relay(
-      dir, "[database]\nurl = \"postgresql://u@127.0.0.1:" + std::to_string(ntohs(a.sin_port)) +
+      dir, "[database]\nurl = \"postgresql://u@127.0.0.1:" + std::to_string(tarpit.port()) +
                "/db\"\nconnect_timeout = \"5m\"\n[admin]\nenabled = false\n"
                "[publishers.p]\ntype = \"log\"\n[[routes]]\npublisher = \"p\"\n");
-  int connection = -1;
-  ASSERT_TRUE(wait_until([&] {
-    connection = accept4(tarpit, nullptr, nullptr, SOCK_NONBLOCK);
-    return connection >= 0;
-  }));
+  ASSERT_TRUE(wait_until([&] { return tarpit.accepted_one(); }));
   // Once the signals were only read after the start: SIGTERM waited out the whole 5 minutes.
   kill(relay.pid(), SIGTERM);
   EXPECT_EQ(relay.wait(), 0);
   EXPECT_NE(relay.log().find("received SIGTERM while starting: exiting"), std::string::npos)
       << relay.log();
-  close(connection);
-  close(tarpit);
 }
 
 TEST_F(RelayHardening, AClosedStdoutIsARetriableFailureNotADeath) {

@@ -3,6 +3,8 @@
 
 #include <httplib.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <stdexcept>
@@ -42,6 +44,11 @@ class HttpTestServer {
         }
         responder = responder_;
       }
+      {
+        // A receiver that does not answer: held until release() (or the server goes).
+        std::unique_lock lock(mutex_);
+        stall_cv_.wait_for(lock, std::chrono::seconds(60), [&] { return !stalled_; });
+      }
       if (responder) {
         responder(r, res);
       } else {
@@ -62,6 +69,7 @@ class HttpTestServer {
     // bind_to_any_port already listens: connections queue until the accept loop runs.
   }
   ~HttpTestServer() {
+    release();
     server_.stop();
     thread_.join();
   }
@@ -83,12 +91,26 @@ class HttpTestServer {
     std::lock_guard lock(mutex_);
     return count_;
   }
+  /// Requests from now on are held unanswered (recorded first) until release(), at most 60 s.
+  void stall() {
+    std::lock_guard lock(mutex_);
+    stalled_ = true;
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      stalled_ = false;
+    }
+    stall_cv_.notify_all();
+  }
 
  private:
   httplib::Server server_;
   int port_ = 0;
   std::thread thread_;
-  mutable std::mutex mutex_;  // guards received_, count_ and responder_
+  mutable std::mutex mutex_;  // guards received_, count_, responder_ and stalled_
+  std::condition_variable stall_cv_;
+  bool stalled_ = false;
   std::vector<ReceivedRequest> received_;
   std::size_t count_ = 0;
   Responder responder_;
