@@ -41,7 +41,7 @@ class Claims : public ::testing::TestWithParam<Engine> {
     const auto& engine = GetParam().name;
     if (engine == "sqlite") {
       url_ = dir_.file("claims.db");
-      store_ = std::make_shared<sqlite::SqliteOutboxStore>(table_);
+      store_ = std::make_shared<sqlite::SqliteOutboxStore>(sqlite::SqliteOutboxStore::Options{.table = table_});
     } else if (engine == "postgres") {
       store_ = std::make_shared<postgres::PostgresOutboxStore>(
           postgres::PostgresOutboxStore::Options{.table = table_});

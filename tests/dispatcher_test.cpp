@@ -345,7 +345,7 @@ TEST_F(DispatcherTest, StatusWriteFailureIsCountedNotRetried) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
   auto o = options();
-  o.store = std::make_shared<sqlite::SqliteOutboxStore>("no_such_table");
+  o.store = std::make_shared<sqlite::SqliteOutboxStore>(sqlite::SqliteOutboxStore::Options{.table = "no_such_table"});
   OutboxDispatcher d(o);
   d.enqueue_hot(queued(committed("A", "s1")));
   ASSERT_TRUE(wait_until([&] { return metrics->snapshot().status_update_failure == 1; }));

@@ -521,7 +521,7 @@ TEST_F(OutboxTest, DeadEventManagerQueriesAndReplays) {
   EXPECT_EQ(dead.count(), 1);
   EXPECT_EQ(count(EventStatus::New), 4);
 
-  DeadEventManager broken(pool, std::make_shared<sqlite::SqliteOutboxStore>("missing"));
+  DeadEventManager broken(pool, std::make_shared<sqlite::SqliteOutboxStore>(sqlite::SqliteOutboxStore::Options{.table = "missing"}));
   EXPECT_EQ(broken.count(), 0);
   EXPECT_TRUE(broken.query(std::nullopt, std::nullopt, 10).empty());
   EXPECT_FALSE(broken.replay("x0"));

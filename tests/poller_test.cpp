@@ -216,7 +216,7 @@ TEST_F(PollerTest, PollAfterCloseHandsNothingOver) {
 TEST_F(PollerTest, DatabaseErrorsAreLoggedNotThrownAndBackOff) {
   auto o = options();
   o.interval = 1s;
-  o.store = std::make_shared<sqlite::SqliteOutboxStore>("missing");
+  o.store = std::make_shared<sqlite::SqliteOutboxStore>(sqlite::SqliteOutboxStore::Options{.table = "missing"});
   OutboxPoller p(o);
   EXPECT_EQ(p.next_wait(), 1s);
   EXPECT_EQ(p.poll(), 0);

@@ -616,7 +616,7 @@ TEST(TableNames, AreValidated) {
   }
   EXPECT_THROW(outbox::validate_table_name(std::string(64, 'a')), std::invalid_argument);
   EXPECT_NO_THROW(outbox::validate_table_name(std::string(63, 'a')));
-  EXPECT_THROW(outbox::sqlite::SqliteOutboxStore("bad name"), std::invalid_argument);
+  EXPECT_THROW(outbox::sqlite::SqliteOutboxStore({.table = "bad name"}), std::invalid_argument);
   EXPECT_THROW(outbox::sqlite::SqliteEventPurger("1x"), std::invalid_argument);
 }
 

@@ -1,15 +1,24 @@
 #pragma once
-// Picks the dialect's store, purger and schema from a connection (spec's JdbcOutboxStores.detect).
+// The engines this build has, and what picks one: a connection's dialect or a database URL.
 
 #include <memory>
+#include <span>
 #include <string>
 
 #include "outbox/json_codec.hpp"
 #include "outbox/purge.hpp"
+#include "outbox/sql/engine.hpp"
 #include "outbox/sql/pool.hpp"
 #include "outbox/store.hpp"
 
 namespace outbox {
+
+/// Every engine in this build (sqlite, postgres, mysql when built).
+std::span<const sql::Engine* const> engines();
+
+/// The engine whose connections report `dialect`. Throws std::invalid_argument for an unknown
+/// dialect or an engine not in this build.
+const sql::Engine& engine_for(std::string_view dialect);
 
 /// The OutboxStore for `conn`'s dialect (sqlite, postgres, mysql) on `table`. Server engines use
 /// the database clock. Throws std::invalid_argument for an unknown or not-built dialect or a bad

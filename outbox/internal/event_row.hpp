@@ -17,21 +17,4 @@ namespace outbox::internal {
 OutboxEvent event_from_row(const sql::Row& row);
 std::vector<OutboxEvent> events_from_rows(const std::vector<sql::Row>& rows);
 
-/// Rows per status (NEW, DONE, RETRY, DEAD) of `table`: the same SQL on every engine.
-std::vector<std::int64_t> count_by_status(sql::Connection& conn, const std::string& table);
-
-/// "?,?,?" (n marks) for IN lists of engines with `?` parameters.
-std::string question_marks(std::size_t n);
-
-/// Frees the pending rows `owner` holds; `marker` is the dialect's first parameter ("?" or "$1").
-int release_claims(sql::Connection& conn, const std::string& table, std::string_view marker,
-                   std::string_view owner);
-
-/// DEAD rows per event type, most first (portable SQL).
-std::vector<std::pair<std::string, std::int64_t>> count_dead_by_type(sql::Connection& conn,
-                                                                     const std::string& table);
-
-/// Runs `sql` (one row, one nullable BIGINT column of microseconds) and converts it.
-std::optional<Timestamp> optional_micros(sql::Connection& conn, const std::string& sql);
-
 }  // namespace outbox::internal

@@ -3,9 +3,7 @@
 
 #include <string>
 
-#include "outbox/json_codec.hpp"
-#include "outbox/purge.hpp"
-#include "outbox/store.hpp"
+#include "outbox/sql/sql_store.hpp"
 
 namespace outbox::postgres {
 
@@ -13,99 +11,41 @@ namespace outbox::postgres {
 /// std::invalid_argument on a bad table name.
 void create_schema(sql::Connection& conn, const std::string& table = "outbox_event");
 
+/// The PostgreSQL dialect: TIMESTAMPTZ, JSONB and BYTEA columns, `$n` parameters, id arrays.
+const sql::Dialect& dialect();
+
 /// OutboxStore for PostgreSQL. Claims are one statement (SELECT … FOR UPDATE SKIP LOCKED feeding an
 /// UPDATE … RETURNING). JSON payloads are stored as JSONB, so the poller delivers them in JSONB's
 /// canonical text (same JSON value, possibly other spacing and key order); invalid JSON is refused
 /// at insert with a StoreError. Thread-safe (stateless).
-class PostgresOutboxStore final : public OutboxStore {
+class PostgresOutboxStore final : public sql::SqlOutboxStore {
  public:
-  struct Options {
-    std::string table = "outbox_event";
-    /// Lease expiry, due times and done times use the server's clock (now()), so nodes with
-    /// skewed clocks agree; the `now` arguments are then ignored and skip_recent counts from the
-    /// time a row became due. False uses the caller's clock.
-    bool use_database_clock = true;
-    const JsonCodec* codec = nullptr;  ///< default: JsonCodec::default_codec()
-  };
   /// Throws std::invalid_argument on a bad table name.
-  explicit PostgresOutboxStore(Options options);
-  PostgresOutboxStore() : PostgresOutboxStore(Options{}) {}
+  explicit PostgresOutboxStore(Options options = {});
 
-  void insert_new(sql::Connection& conn, const EventEnvelope& event,
-                  std::string_view lock_owner = {}) override;
-  void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events,
-                    std::string_view lock_owner = {}) override;
-  int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                std::string_view owner = {}) override;
-  int mark_done_batch(sql::Connection& conn, const std::vector<std::string>& event_ids,
-                      Timestamp now, std::string_view owner = {}) override;
-  int mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                 std::chrono::milliseconds delay, std::string_view error,
-                 std::string_view owner = {}) override;
-  int mark_deferred(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                    std::chrono::milliseconds delay, std::string_view reason,
-                    std::string_view owner = {}) override;
-  int mark_dead(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                std::string_view error, bool count_attempt = true,
-                std::string_view owner = {}) override;
   std::vector<std::string> renew_claims(sql::Connection& conn, std::string_view owner,
                                         const std::vector<std::string>& event_ids,
                                         Timestamp now) override;
-  std::vector<OutboxEvent> poll_pending(sql::Connection& conn, Timestamp now,
-                                        std::chrono::microseconds skip_recent, int limit,
-                                        const PendingKey* after = nullptr) override;
   std::vector<OutboxEvent> claim_pending(sql::Connection& conn, std::string_view owner,
                                          Timestamp now, std::chrono::milliseconds lock_timeout,
                                          std::chrono::microseconds skip_recent, int limit,
                                          const PendingKey* after = nullptr) override;
-  std::vector<OutboxEvent> query_dead(sql::Connection& conn,
-                                      std::optional<std::string_view> event_type,
-                                      std::optional<std::string_view> aggregate_type, int limit,
-                                      bool with_payloads = true) override;
-  int replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
-  int count_dead(sql::Connection& conn, std::optional<std::string_view> event_type) override;
-  std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) override;
-  std::vector<std::int64_t> count_by_status(sql::Connection& conn) override;
-  int release_claims(sql::Connection& conn, std::string_view owner) override;
-  std::vector<std::pair<std::string, std::int64_t>> count_dead_by_type(
-      sql::Connection& conn) override;
-  std::optional<Timestamp> oldest_pending(sql::Connection& conn) override;
-
- private:
-  int reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
-                 std::chrono::milliseconds delay, std::string_view message, bool count_attempt,
-                 std::string_view owner);
-  std::string now_sql(int param) const;
-  std::string recent_column() const;
-  Options options_;
-  std::string insert_sql(std::size_t rows) const;
-  std::string select_;
-  std::string select_without_payload_;  // the same columns, the payloads left empty
-  std::string insert_one_sql_;
 };
 
-/// Deletes DONE rows done before `before` and DEAD rows that became DEAD before it (done_at; a
-/// DEAD row without done_at, from before schema version 2, is kept). Thread-safe.
-class PostgresEventPurger final : public EventPurger {
+/// SqlEventPurger for PostgreSQL (status-based: DONE and DEAD rows past their retention).
+class PostgresEventPurger final : public sql::SqlEventPurger {
  public:
-  explicit PostgresEventPurger(std::string table = "outbox_event");
-  int purge(sql::Connection& conn, Timestamp before, int limit) override;
-
- private:
-  std::string table_;
+  /// Throws std::invalid_argument on a bad table name.
+  explicit PostgresEventPurger(std::string table = "outbox_event")
+      : SqlEventPurger(dialect(), std::move(table)) {}
 };
 
-/// Deletes every row created before `before` whatever its status, except rows a relay holds
-/// claimed: for writer-only (CDC) tables, where nothing marks rows DONE. Outbox accepts it only in
-/// writer_only mode, since it would delete events that are still to be delivered. Thread-safe.
-class PostgresAgeBasedPurger final : public EventPurger {
+/// SqlAgeBasedPurger for PostgreSQL (writer-only tables).
+class PostgresAgeBasedPurger final : public sql::SqlAgeBasedPurger {
  public:
-  explicit PostgresAgeBasedPurger(std::string table = "outbox_event");
-  int purge(sql::Connection& conn, Timestamp before, int limit) override;
-  bool deletes_pending() const override { return true; }
-
- private:
-  std::string table_;
+  /// Throws std::invalid_argument on a bad table name.
+  explicit PostgresAgeBasedPurger(std::string table = "outbox_event")
+      : SqlAgeBasedPurger(dialect(), std::move(table)) {}
 };
 
 }  // namespace outbox::postgres

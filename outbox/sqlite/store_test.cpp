@@ -23,7 +23,7 @@ TEST(SqliteStore, CreateSchemaIsIdempotentAndHonoursTableName) {
   auto conn = outbox::sqlite::open(dir.file("s.db"));
   outbox::sqlite::create_schema(*conn, "orders_outbox");
   outbox::sqlite::create_schema(*conn, "orders_outbox");
-  outbox::sqlite::SqliteOutboxStore store("orders_outbox");
+  outbox::sqlite::SqliteOutboxStore store({.table = "orders_outbox"});
   store.insert_new(*conn, outbox::EventEnvelope::of_json(outbox::EventType::of("T"), "{}"));
   EXPECT_EQ(store.count_by_status(*conn)[0], 1);
   EXPECT_THROW(outbox::sqlite::create_schema(*conn, "x;y"), std::invalid_argument);

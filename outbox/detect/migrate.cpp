@@ -1,0 +1,94 @@
+#include <stdexcept>
+
+#include "outbox/detect/detect.hpp"
+#include "outbox/sql/connection.hpp"
+#include "outbox/sql/dialect.hpp"
+
+namespace outbox {
+namespace {
+
+// Serializes concurrent migrations of one database (two `outbox migrate` runs, or relays
+// starting together): without it both create the same objects and one fails.
+class MigrationLock {
+ public:
+  MigrationLock(const sql::Engine& engine, sql::Connection& conn) : engine_(engine), conn_(conn) {
+    engine_.lock_migrations(conn_);
+  }
+  void commit() {
+    engine_.unlock_migrations(conn_, true);
+    released_ = true;
+  }
+  ~MigrationLock() {
+    if (released_) {
+      return;
+    }
+    try {
+      engine_.unlock_migrations(conn_, false);
+    } catch (const std::exception&) {
+      // The session's end releases the lock (and rolls back) anyway.
+    }
+  }
+  MigrationLock(const MigrationLock&) = delete;
+  MigrationLock& operator=(const MigrationLock&) = delete;
+
+ private:
+  const sql::Engine& engine_;
+  sql::Connection& conn_;
+  bool released_ = false;
+};
+
+}  // namespace
+
+MigrationResult migrate(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  const sql::Engine& engine = engine_for(conn.dialect());
+  const sql::Dialect& dialect = engine.dialect();
+  MigrationLock lock(engine, conn);
+  const std::span<const sql::Value> none;
+  conn.execute(
+      "CREATE TABLE IF NOT EXISTS outbox_schema_version (table_name VARCHAR(63) PRIMARY KEY, "
+      "version INTEGER NOT NULL)",
+      none);
+  // Table names are validated identifiers, so they can be inlined as literals.
+  const auto rows = conn.query(
+      "SELECT version FROM outbox_schema_version WHERE table_name = '" + table + "'", none);
+  MigrationResult result;
+  result.from = rows.empty() ? 0 : static_cast<int>(rows[0].get_int(0));
+  if (result.from > kSchemaVersion) {
+    throw std::invalid_argument("table " + table + " is at schema version " +
+                                std::to_string(result.from) + ", newer than this build (" +
+                                std::to_string(kSchemaVersion) + ")");
+  }
+  // Version 1: the table and its indexes. Later versions add a step here each.
+  if (result.from < 1) {
+    engine.create_schema(conn, table);
+  }
+  // Version 2: DEAD rows record when they became DEAD in done_at (their purge retention counts
+  // from then). Rows that went DEAD before have none: their retention starts now (purgers never
+  // delete a DEAD row without done_at).
+  if (result.from < 2) {  // 0 too: the table may have been made by create_schema
+    sql::Statement s(dialect, true);
+    s.sql("UPDATE " + table + " SET done_at = ")
+        .now(Clock::system()->now())
+        .sql(" WHERE status = " + sql::status_sql(EventStatus::Dead) + " AND done_at IS NULL")
+        .execute(conn);
+  }
+  if (result.from == 0) {
+    // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)
+    // still cannot fail on the key.
+    conn.execute(
+        dialect.insert_ignore("INTO outbox_schema_version (table_name, version) VALUES ('" + table +
+                                  "', " + std::to_string(kSchemaVersion) + ")",
+                              "table_name"),
+        none);
+  } else if (result.from < kSchemaVersion) {
+    conn.execute("UPDATE outbox_schema_version SET version = " + std::to_string(kSchemaVersion) +
+                     " WHERE table_name = '" + table + "'",
+                 none);
+  }
+  result.to = kSchemaVersion;
+  lock.commit();
+  return result;
+}
+
+}  // namespace outbox

@@ -1,0 +1,47 @@
+#include "outbox/postgres/engine.hpp"
+
+#include "outbox/postgres/driver.hpp"
+#include "outbox/postgres/store.hpp"
+
+namespace outbox::postgres {
+
+const sql::Engine& engine() {
+  static const sql::Engine instance{
+      .name = "postgres",
+      // A URL, or a libpq "key=value" connection string.
+      .accepts =
+          [](std::string_view url) {
+            return url.starts_with("postgresql://") || url.starts_with("postgres://") ||
+                   (url.find('=') != std::string_view::npos &&
+                    url.find("://") == std::string_view::npos);
+          },
+      .open_pool =
+          [](const std::string& url, const sql::PoolOptions& options) {
+            return make_pool(url, options.max_size, options.timeouts);
+          },
+      .dialect = dialect,
+      .make_store = [](const sql::StoreOptions& options) -> std::shared_ptr<OutboxStore> {
+        return std::make_shared<PostgresOutboxStore>(options);
+      },
+      .make_purger = [](const std::string& table) -> std::shared_ptr<EventPurger> {
+        return std::make_shared<PostgresEventPurger>(table);
+      },
+      .create_schema = [](sql::Connection& conn,
+                          const std::string& table) { create_schema(conn, table); },
+      // DDL is transactional: the whole migration is one transaction under an advisory lock.
+      .lock_migrations =
+          [](sql::Connection& conn) {
+            conn.begin();
+            try {
+              conn.query("SELECT pg_advisory_xact_lock(7100534263114217)");
+            } catch (...) {
+              conn.rollback();
+              throw;
+            }
+          },
+      .unlock_migrations = sql::finish_transaction,
+  };
+  return instance;
+}
+
+}  // namespace outbox::postgres

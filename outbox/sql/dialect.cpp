@@ -1,0 +1,137 @@
+#include "outbox/sql/dialect.hpp"
+
+#include "outbox/sql/connection.hpp"
+#include "outbox/sql/engine.hpp"
+#include "outbox/store.hpp"
+
+namespace outbox::sql {
+namespace {
+
+// A text[] literal: {"a","b"} with quotes and backslashes escaped.
+std::string text_array(const std::vector<std::string>& items, std::size_t from, std::size_t n) {
+  std::string out = "{";
+  for (std::size_t i = from; i < from + n; ++i) {
+    if (i > from) {
+      out.push_back(',');
+    }
+    out.push_back('"');
+    for (char c : items[i]) {
+      if (c == '"' || c == '\\') {
+        out.push_back('\\');
+      }
+      out.push_back(c);
+    }
+    out.push_back('"');
+  }
+  out.push_back('}');
+  return out;
+}
+
+}  // namespace
+
+std::string status_sql(EventStatus status) {
+  return std::to_string(static_cast<int>(status));
+}
+
+std::string status_list(std::initializer_list<EventStatus> statuses) {
+  std::string out = "(";
+  for (const auto status : statuses) {
+    if (out.size() > 1) {
+      out += ", ";
+    }
+    out += status_sql(status);
+  }
+  return out + ")";
+}
+
+std::string pending_statuses() {
+  return "status IN " + status_list({EventStatus::New, EventStatus::Retry});
+}
+
+std::string terminal_statuses() {
+  return "status IN " + status_list({EventStatus::Done, EventStatus::Dead});
+}
+
+std::string Dialect::pending_filter() const {
+  return pending_statuses();
+}
+
+std::string Dialect::terminal_filter() const {
+  return terminal_statuses();
+}
+
+Statement& Statement::param(Value value, std::string_view type) {
+  params_.push_back(std::move(value));
+  const std::string marker = dialect_.placeholder(static_cast<int>(params_.size()));
+  sql_ += type.empty() ? marker : dialect_.typed(marker, type);
+  return *this;
+}
+
+Statement& Statement::at(Timestamp t) {
+  params_.emplace_back(to_micros(t));
+  sql_ += dialect_.instant(dialect_.placeholder(static_cast<int>(params_.size())));
+  return *this;
+}
+
+Statement& Statement::now(Timestamp now) {
+  if (database_clock_) {
+    if (auto server = dialect_.server_now(); !server.empty()) {
+      sql_ += server;
+      return *this;
+    }
+  }
+  return at(now);
+}
+
+Statement& Statement::micros(std::int64_t micros) {
+  params_.emplace_back(micros);
+  sql_ += dialect_.micros_interval(dialect_.placeholder(static_cast<int>(params_.size())));
+  return *this;
+}
+
+Statement& Statement::ids_in(std::string_view column, const std::vector<std::string>& ids,
+                             std::size_t from, std::size_t n) {
+  sql_ += ' ';
+  sql_ += column;
+  if (dialect_.id_array()) {
+    sql_ += " = ANY(";
+    param(text_array(ids, from, n), "text[]");
+    sql_ += ')';
+    return *this;
+  }
+  sql_ += " IN (";
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k > 0) {
+      sql_ += ',';
+    }
+    param(TextRef{ids[from + k]});
+  }
+  sql_ += ')';
+  return *this;
+}
+
+Statement& Statement::owned_by(std::string_view owner) {
+  if (!owner.empty()) {
+    sql_ += " AND locked_by = ";
+    param(TextRef{owner});
+  }
+  return *this;
+}
+
+std::int64_t Statement::execute(Connection& conn) const {
+  return conn.execute(sql_, params_);
+}
+
+std::vector<Row> Statement::query(Connection& conn) const {
+  return conn.query(sql_, params_);
+}
+
+void finish_transaction(Connection& conn, bool commit) {
+  if (commit) {
+    conn.commit();
+  } else {
+    conn.rollback();
+  }
+}
+
+}  // namespace outbox::sql

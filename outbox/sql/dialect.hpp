@@ -1,0 +1,120 @@
+#pragma once
+// How one SQL engine spells what the generic outbox store (sql/sql_store.hpp) needs, and a
+// statement builder that numbers parameters in that spelling.
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outbox/clock.hpp"
+#include "outbox/sql/value.hpp"
+
+namespace outbox {
+enum class EventStatus;
+}
+
+namespace outbox::sql {
+
+class Connection;
+
+/// The SQL differences between engines for the outbox table. Implementations are stateless.
+class Dialect {
+ public:
+  virtual ~Dialect() = default;
+  /// What Connection::dialect() reports for this engine ("sqlite", "postgres", "mysql").
+  virtual std::string_view name() const = 0;
+  /// The marker of parameter `n` (1-based): "?" or "$n".
+  virtual std::string placeholder(int n) const = 0;
+  /// `marker` as a value of SQL type `type` ("text", "bigint", "int", "jsonb", "bytea") where the
+  /// engine cannot infer it; the marker itself elsewhere.
+  virtual std::string typed(const std::string& marker, std::string_view type) const {
+    (void)type;
+    return marker;
+  }
+  /// An instant given as microseconds since the epoch in parameter `marker`.
+  virtual std::string instant(const std::string& marker) const = 0;
+  /// A duration of `marker` microseconds, to add to or subtract from an instant.
+  virtual std::string micros_interval(const std::string& marker) const = 0;
+  /// The server's current time for the statement being run; empty when the engine has no server
+  /// clock (the caller's time is then always used).
+  virtual std::string server_now() const { return {}; }
+  /// A timestamp column (or expression) read as BIGINT microseconds since the epoch.
+  virtual std::string micros(const std::string& column) const { return column; }
+  /// A JSON column read as text.
+  virtual std::string json_text(const std::string& column) const { return column; }
+  /// True when bytes payloads have a column of their own (payload_bytes); false when `payload`
+  /// holds either JSON text or a blob.
+  virtual bool has_bytes_column() const { return true; }
+  /// True when id lists are one array parameter (`= ANY($n)`), false for `IN (?, ?, …)`.
+  virtual bool id_array() const { return false; }
+  /// The column that orders pending rows in the pending index, and the condition that selects
+  /// pending rows through that index.
+  virtual std::string pending_column() const { return "created_at"; }
+  virtual std::string pending_filter() const;
+  /// The instant a terminal row's retention counts from, and the condition selecting terminal rows.
+  virtual std::string terminal_column() const { return "COALESCE(done_at, created_at)"; }
+  virtual std::string terminal_filter() const;
+  /// The column that orders terminal rows in the terminal index (the purge order).
+  virtual std::string terminal_order_column() const { return "created_at"; }
+  /// True when a keyset condition may be a row-value comparison; false spells it out as an OR
+  /// (MariaDB plans ranges for that form only).
+  virtual bool row_value_keyset() const { return true; }
+  /// True for DELETE … ORDER BY … LIMIT; false deletes through a sub-select of the same table.
+  virtual bool delete_with_limit() const { return false; }
+  /// `INSERT … VALUES (…)` that does nothing when the key exists; `into_values` is
+  /// "INTO t (cols) VALUES (…)" and `key` the conflicting column.
+  virtual std::string insert_ignore(const std::string& into_values,
+                                    const std::string& key) const = 0;
+};
+
+/// The SQL literal of a status ("1" for Done).
+std::string status_sql(EventStatus status);
+/// "(0, 2)": an SQL list of statuses.
+std::string status_list(std::initializer_list<EventStatus> statuses);
+/// "status IN (0, 2)": the rows still to deliver (New, Retry).
+std::string pending_statuses();
+/// "status IN (1, 3)": the rows delivery is finished with (Done, Dead).
+std::string terminal_statuses();
+
+/// SQL text and its parameters, built side by side so that an optional piece (a keyset, an owner,
+/// the caller's clock instead of the server's) never renumbers the rest. Parameters borrow what
+/// TextRef / BlobRef point to: it must outlive execute()/query().
+class Statement {
+ public:
+  /// `database_clock` makes now() the server's time where the dialect has one.
+  Statement(const Dialect& dialect, bool database_clock)
+      : dialect_(dialect), database_clock_(database_clock) {}
+
+  /// Appends SQL text.
+  Statement& sql(std::string_view text) {
+    sql_ += text;
+    return *this;
+  }
+  /// Appends a parameter marker (typed as `type` where the dialect needs it) and its value.
+  Statement& param(Value value, std::string_view type = {});
+  /// Appends a caller-given instant.
+  Statement& at(Timestamp t);
+  /// Appends the current time: the server's with the database clock, else `now`.
+  Statement& now(Timestamp now);
+  /// Appends an interval of `micros` microseconds.
+  Statement& micros(std::int64_t micros);
+  /// Appends the condition " <column> IN (…)" (or "= ANY(…)") for ids[from, from + n).
+  Statement& ids_in(std::string_view column, const std::vector<std::string>& ids, std::size_t from,
+                    std::size_t n);
+  /// Appends " AND locked_by = <owner>" unless `owner` is empty (no claim locking).
+  Statement& owned_by(std::string_view owner);
+
+  const std::string& text() const { return sql_; }
+  std::int64_t execute(Connection& conn) const;
+  std::vector<Row> query(Connection& conn) const;
+
+ private:
+  const Dialect& dialect_;
+  bool database_clock_;
+  std::string sql_;
+  std::vector<Value> params_;
+};
+
+}  // namespace outbox::sql

@@ -1,0 +1,46 @@
+#pragma once
+// What the library needs from one SQL engine. Database URLs, stores, purgers and migrations reach
+// every engine through one registry of these (outbox/detect) instead of a list in each place.
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "outbox/sql/connection.hpp"
+#include "outbox/sql/sql_store.hpp"
+
+namespace outbox::sql {
+
+/// How to open a pool from a URL.
+struct PoolOptions {
+  std::size_t max_size = 8;
+  /// False: a missing SQLite file is an error instead of a new empty database.
+  bool create_sqlite_file = true;
+  NetworkTimeouts timeouts;  ///< server engines only
+};
+
+/// One engine: its URLs, driver, dialect, store, purger, schema and migration lock.
+struct Engine {
+  std::string_view name;  ///< what its connections' Connection::dialect() reports
+  /// True when `url` names a database of this engine.
+  bool (*accepts)(std::string_view url);
+  /// Opens a pool; throws std::invalid_argument on a malformed URL, StoreError when connecting
+  /// fails.
+  std::shared_ptr<ConnectionPool> (*open_pool)(const std::string& url, const PoolOptions& options);
+  const Dialect& (*dialect)();
+  std::shared_ptr<OutboxStore> (*make_store)(const StoreOptions& options);
+  std::shared_ptr<EventPurger> (*make_purger)(const std::string& table);
+  /// Creates the table and its indexes if missing (schema version 1).
+  void (*create_schema)(Connection& conn, const std::string& table);
+  /// Serializes migrations of one database: takes a lock (and begins the migration's transaction
+  /// where DDL is transactional); unlock_migrations ends both, committing or not.
+  void (*lock_migrations)(Connection& conn);
+  void (*unlock_migrations)(Connection& conn, bool commit);
+};
+
+/// Commits or rolls back `conn`'s transaction: unlock_migrations of engines whose lock is the
+/// migration's transaction.
+void finish_transaction(Connection& conn, bool commit);
+
+}  // namespace outbox::sql

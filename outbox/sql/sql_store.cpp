@@ -1,0 +1,426 @@
+#include "outbox/sql/sql_store.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "outbox/internal/event_row.hpp"
+#include "outbox/sql/connection.hpp"
+
+namespace outbox::sql {
+namespace {
+
+constexpr std::size_t kInsertChunk = 500;  // rows per INSERT: far below every engine's limits
+constexpr std::size_t kIdChunk = 500;      // ids per IN (…) list
+
+int to_int(std::int64_t n) {
+  return static_cast<int>(n);
+}
+
+std::string column_list(const Dialect& d, bool with_payloads) {
+  const std::string payload = with_payloads ? d.json_text("payload") : d.typed("''", "text");
+  std::string out = "event_id, event_type, aggregate_type, aggregate_id, tenant_id, " + payload +
+                    ", " + d.json_text("headers") + ", status, attempts, " +
+                    d.micros("available_at") + ", " + d.micros("created_at") + ", " +
+                    d.micros("done_at") + ", last_error, locked_by, " + d.micros("locked_at");
+  if (d.has_bytes_column()) {
+    out += with_payloads ? ", payload_bytes" : ", " + d.typed("NULL", "bytea");
+  }
+  return out;
+}
+
+// The same DELETE on every engine: through a sub-select of the table, or with ORDER BY … LIMIT
+// where the engine cannot select from the table it deletes from. `condition` appends the rows'
+// condition (its parameters too) and is called again for the outer DELETE: a row changed while
+// the DELETE waited for its lock is re-checked against it.
+template <typename Condition>
+int delete_oldest(Connection& conn, const Dialect& d, const std::string& table,
+                  const std::string& order, int limit, Condition condition) {
+  Statement s(d, false);
+  if (d.delete_with_limit()) {
+    s.sql("DELETE FROM " + table + " WHERE ");
+    condition(s);
+    s.sql(" ORDER BY " + order + " LIMIT ").param(std::int64_t{limit});
+    return to_int(s.execute(conn));
+  }
+  s.sql("DELETE FROM " + table + " WHERE event_id IN (SELECT event_id FROM " + table + " WHERE ");
+  condition(s);
+  s.sql(" ORDER BY " + order + " LIMIT ").param(std::int64_t{limit}).sql(") AND ");
+  condition(s);
+  return to_int(s.execute(conn));
+}
+
+}  // namespace
+
+SqlOutboxStore::SqlOutboxStore(const Dialect& dialect, Options options)
+    : dialect_(dialect),
+      options_(std::move(options)),
+      database_clock_(options_.use_database_clock && !dialect.server_now().empty()),
+      columns_(column_list(dialect, true)),
+      columns_without_payload_(column_list(dialect, false)) {
+  validate_table_name(options_.table);
+  if (options_.codec == nullptr) {
+    options_.codec = &JsonCodec::default_codec();
+  }
+}
+
+std::size_t SqlOutboxStore::id_chunk() const {
+  return dialect_.id_array() ? std::numeric_limits<std::size_t>::max() : kIdChunk;
+}
+
+std::size_t SqlOutboxStore::insert_byte_budget(Connection&) {
+  return std::numeric_limits<std::size_t>::max();
+}
+
+void SqlOutboxStore::insert_new(Connection& conn, const EventEnvelope& event,
+                                std::string_view lock_owner) {
+  const std::optional<std::string> headers = options_.codec->to_json(event.headers());
+  insert_chunk(conn, &event, &headers, 1, lock_owner, Clock::system()->now());
+}
+
+void SqlOutboxStore::insert_batch(Connection& conn, const std::vector<EventEnvelope>& events,
+                                  std::string_view lock_owner) {
+  // A claim starts when the row is written, whatever the envelope's occurred_at says: a
+  // back-dated event must not be born with an expired claim that another node may take at once.
+  const Timestamp claimed_at = Clock::system()->now();
+  // Encoded once, and measured as sent: JSON escaping can make headers six times their text.
+  std::vector<std::optional<std::string>> headers(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    headers[i] = options_.codec->to_json(events[i].headers());
+  }
+  // Chunks by rows and by bytes: one statement larger than what the server accepts fails.
+  const std::size_t budget =
+      events.size() > 1 ? insert_byte_budget(conn) : std::numeric_limits<std::size_t>::max();
+  std::size_t start = 0;
+  while (start < events.size()) {
+    std::size_t n = 0, bytes = 0;
+    while (start + n < events.size() && n < kInsertChunk) {
+      const EventEnvelope& e = events[start + n];
+      const std::size_t size =
+          e.payload_bytes().size() + e.event_id().size() + e.event_type().size() +
+          e.aggregate_type().size() + e.aggregate_id().value_or("").size() +
+          e.tenant_id().value_or("").size() + headers[start + n].value_or("").size() + 256;
+      if (n > 0 && bytes + size > budget) {
+        break;
+      }
+      bytes += size;
+      ++n;
+    }
+    insert_chunk(conn, events.data() + start, headers.data() + start, n, lock_owner, claimed_at);
+    start += n;
+  }
+}
+
+void SqlOutboxStore::insert_chunk(Connection& conn, const EventEnvelope* events,
+                                  const std::optional<std::string>* headers, std::size_t count,
+                                  std::string_view lock_owner, Timestamp claimed_at) {
+  const bool bytes_column = dialect_.has_bytes_column();
+  Statement s = statement();
+  s.sql("INSERT INTO " + options_.table +
+        " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, " +
+        (bytes_column ? "payload_bytes, " : "") +
+        "headers, status, attempts, available_at, created_at, locked_by, locked_at) VALUES ");
+  const std::string fresh = "," + status_sql(EventStatus::New) + ",0,";
+  for (std::size_t i = 0; i < count; ++i) {
+    const EventEnvelope& e = events[i];
+    s.sql(i == 0 ? "(" : ",(");
+    s.param(TextRef{e.event_id()}).sql(",").param(TextRef{e.event_type()}).sql(",");
+    s.param(TextRef{e.aggregate_type()}).sql(",").param(text_or_null(e.aggregate_id())).sql(",");
+    s.param(text_or_null(e.tenant_id())).sql(",");
+    if (!bytes_column) {
+      s.param(e.has_json_payload() ? Value(TextRef{e.payload_json()})
+                                   : Value(BlobRef{e.payload_bytes()}));
+    } else if (e.has_json_payload()) {
+      s.param(TextRef{e.payload_json()}, "jsonb").sql(",NULL");
+    } else {
+      s.sql("NULL,").param(BlobRef{e.payload_bytes()}, "bytea");
+    }
+    s.sql(",").param(text_or_null(headers[i]), "jsonb").sql(fresh);
+    const auto created = to_micros(e.occurred_at());
+    const auto available = e.available_at() ? to_micros(*e.available_at()) : created;
+    if (database_clock_) {
+      // Due after the event's delay on the server's clock: writers' clocks may be skewed.
+      s.sql("(").now(claimed_at).sql(" + ").micros(std::max<std::int64_t>(0, available - created));
+      s.sql(")");
+    } else {
+      s.at(from_micros(available));
+    }
+    s.sql(",").at(e.occurred_at()).sql(",");
+    if (lock_owner.empty()) {
+      s.sql("NULL,NULL)");
+    } else {
+      s.param(TextRef{lock_owner}).sql(",").now(claimed_at).sql(")");
+    }
+  }
+  s.execute(conn);
+}
+
+int SqlOutboxStore::mark_done(Connection& conn, std::string_view event_id, Timestamp now,
+                              std::string_view owner) {
+  Statement s = statement();
+  s.sql("UPDATE " + options_.table + " SET status = " + status_sql(EventStatus::Done) +
+        ", done_at = ")
+      .now(now)
+      .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
+      .param(TextRef{event_id})
+      .sql(" AND " + pending_statuses())
+      .owned_by(owner);
+  return to_int(s.execute(conn));
+}
+
+int SqlOutboxStore::mark_done_batch(Connection& conn, const std::vector<std::string>& event_ids,
+                                    Timestamp now, std::string_view owner) {
+  int changed = 0;
+  const std::size_t chunk = id_chunk();
+  for (std::size_t i = 0; i < event_ids.size(); i += chunk) {
+    const std::size_t n = std::min(chunk, event_ids.size() - i);
+    Statement s = statement();
+    s.sql("UPDATE " + options_.table + " SET status = " + status_sql(EventStatus::Done) +
+          ", done_at = ")
+        .now(now)
+        .sql(", locked_by = NULL, locked_at = NULL WHERE")
+        .ids_in("event_id", event_ids, i, n)
+        .sql(" AND " + pending_statuses())
+        .owned_by(owner);
+    changed += to_int(s.execute(conn));
+  }
+  return changed;
+}
+
+int SqlOutboxStore::mark_retry(Connection& conn, std::string_view event_id, Timestamp now,
+                               std::chrono::milliseconds delay, std::string_view error,
+                               std::string_view owner) {
+  return reschedule(conn, event_id, now, delay, error, true, owner);
+}
+
+int SqlOutboxStore::mark_deferred(Connection& conn, std::string_view event_id, Timestamp now,
+                                  std::chrono::milliseconds delay, std::string_view reason,
+                                  std::string_view owner) {
+  return reschedule(conn, event_id, now, delay, reason, false, owner);
+}
+
+int SqlOutboxStore::reschedule(Connection& conn, std::string_view event_id, Timestamp now,
+                               std::chrono::milliseconds delay, std::string_view message,
+                               bool count_attempt, std::string_view owner) {
+  const std::string truncated = truncate_error(message);
+  Statement s = statement();
+  s.sql("UPDATE " + options_.table + " SET status = " + status_sql(EventStatus::Retry) +
+        ", attempts = attempts + " + (count_attempt ? "1" : "0") + ", available_at = ")
+      .now(now)
+      .sql(" + ")
+      .micros(static_cast<std::int64_t>(clamp_delay(delay).count()) * 1000)
+      .sql(", last_error = ")
+      .param(TextRef{truncated})
+      .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
+      .param(TextRef{event_id})
+      .sql(" AND " + pending_statuses())
+      .owned_by(owner);
+  return to_int(s.execute(conn));
+}
+
+int SqlOutboxStore::mark_dead(Connection& conn, std::string_view event_id, Timestamp now,
+                              std::string_view error, bool count_attempt, std::string_view owner) {
+  const std::string truncated = truncate_error(error);
+  Statement s = statement();
+  s.sql("UPDATE " + options_.table + " SET status = " + status_sql(EventStatus::Dead) +
+        ", attempts = attempts + " + (count_attempt ? "1" : "0") + ", last_error = ")
+      .param(TextRef{truncated})
+      .sql(", done_at = ")
+      .now(now)
+      .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
+      .param(TextRef{event_id})
+      .sql(" AND " + pending_statuses())
+      .owned_by(owner);
+  return to_int(s.execute(conn));
+}
+
+void SqlOutboxStore::where_due(Statement& s, Timestamp now,
+                               std::chrono::microseconds skip_recent) const {
+  // skip_recent counts from the writer's occurred_at on the caller's clock, but from the time the
+  // row became due (server time) on the database clock: writers' clocks may be skewed.
+  const std::string recent = database_clock_ ? "available_at" : dialect_.pending_column();
+  s.sql(" WHERE " + dialect_.pending_filter() + " AND available_at <= ")
+      .now(now)
+      .sql(" AND " + recent + " <= ")
+      .now(now)
+      .sql(" - ")
+      .micros(static_cast<std::int64_t>(skip_recent.count()));
+}
+
+void SqlOutboxStore::claimable(Statement& s, std::string_view owner, Timestamp now,
+                               std::chrono::milliseconds lock_timeout,
+                               const PendingKey* after) const {
+  s.sql(" AND (locked_by IS NULL OR locked_at < ")
+      .now(now)
+      .sql(" - ")
+      .micros(static_cast<std::int64_t>(lock_timeout.count()) * 1000)
+      .sql(" OR (locked_by = ")
+      .param(TextRef{owner})
+      .sql(" AND locked_at < ")
+      .now(now)
+      .sql(" - ")
+      .micros(static_cast<std::int64_t>(own_claim_grace(lock_timeout).count()) * 1000)
+      .sql("))");
+  after_key(s, after);
+}
+
+void SqlOutboxStore::after_key(Statement& s, const PendingKey* after) const {
+  if (after == nullptr) {
+    return;
+  }
+  const std::string column = dialect_.pending_column();
+  if (dialect_.row_value_keyset()) {
+    s.sql(" AND (" + column + ", event_id) > (")
+        .at(after->created_at)
+        .sql(", ")
+        .param(TextRef{after->event_id})
+        .sql(")");
+    return;
+  }
+  s.sql(" AND (" + column + " > ")
+      .at(after->created_at)
+      .sql(" OR (" + column + " = ")
+      .at(after->created_at)
+      .sql(" AND event_id > ")
+      .param(TextRef{after->event_id})
+      .sql("))");
+}
+
+void SqlOutboxStore::oldest_first(Statement& s, int limit) const {
+  s.sql(" ORDER BY " + dialect_.pending_column() + ", event_id LIMIT ").param(std::int64_t{limit});
+}
+
+std::vector<OutboxEvent> SqlOutboxStore::poll_pending(Connection& conn, Timestamp now,
+                                                      std::chrono::microseconds skip_recent,
+                                                      int limit, const PendingKey* after) {
+  Statement s = statement();
+  s.sql("SELECT " + columns_ + " FROM " + options_.table);
+  where_due(s, now, skip_recent);
+  after_key(s, after);
+  oldest_first(s, limit);
+  return internal::events_from_rows(s.query(conn));
+}
+
+std::vector<OutboxEvent> SqlOutboxStore::query_dead(Connection& conn,
+                                                    std::optional<std::string_view> event_type,
+                                                    std::optional<std::string_view> aggregate_type,
+                                                    int limit, bool with_payloads) {
+  Statement s = statement();
+  s.sql("SELECT " + columns(with_payloads) + " FROM " + options_.table +
+        " WHERE status = " + status_sql(EventStatus::Dead));
+  if (event_type) {
+    s.sql(" AND event_type = ").param(TextRef{*event_type});
+  }
+  if (aggregate_type) {
+    s.sql(" AND aggregate_type = ").param(TextRef{*aggregate_type});
+  }
+  s.sql(" ORDER BY created_at, event_id LIMIT ").param(std::int64_t{limit});
+  return internal::events_from_rows(s.query(conn));
+}
+
+int SqlOutboxStore::replay_dead(Connection& conn, std::string_view event_id, Timestamp now) {
+  Statement s = statement();
+  s.sql("UPDATE " + options_.table + " SET status = " + status_sql(EventStatus::New) +
+        ", attempts = 0, available_at = ")
+      .now(now)
+      .sql(", done_at = NULL, locked_by = NULL, locked_at = NULL WHERE event_id = ")
+      .param(TextRef{event_id})
+      .sql(" AND status = " + status_sql(EventStatus::Dead));
+  return to_int(s.execute(conn));
+}
+
+int SqlOutboxStore::count_dead(Connection& conn, std::optional<std::string_view> event_type) {
+  Statement s = statement();
+  s.sql("SELECT COUNT(*) FROM " + options_.table +
+        " WHERE status = " + status_sql(EventStatus::Dead));
+  if (event_type) {
+    s.sql(" AND event_type = ").param(TextRef{*event_type});
+  }
+  return to_int(s.query(conn).at(0).get_int(0));
+}
+
+std::optional<OutboxEvent> SqlOutboxStore::find(Connection& conn, std::string_view event_id) {
+  Statement s = statement();
+  s.sql("SELECT " + columns_ + " FROM " + options_.table + " WHERE event_id = ")
+      .param(TextRef{event_id});
+  auto rows = s.query(conn);
+  if (rows.empty()) {
+    return std::nullopt;
+  }
+  return internal::event_from_row(rows.front());
+}
+
+std::vector<std::int64_t> SqlOutboxStore::count_by_status(Connection& conn) {
+  std::vector<std::int64_t> counts(4, 0);
+  for (const auto& r :
+       statement()
+           .sql("SELECT status, COUNT(*) FROM " + options_.table + " GROUP BY status")
+           .query(conn)) {
+    const auto status = r.get_int(0);
+    if (status >= 0 && status < 4) {
+      counts[static_cast<std::size_t>(status)] = r.get_int(1);
+    }
+  }
+  return counts;
+}
+
+int SqlOutboxStore::release_claims(Connection& conn, std::string_view owner) {
+  Statement s = statement();
+  s.sql("UPDATE " + options_.table + " SET locked_by = NULL, locked_at = NULL WHERE locked_by = ")
+      .param(TextRef{owner})
+      .sql(" AND " + pending_statuses());
+  return to_int(s.execute(conn));
+}
+
+std::vector<std::pair<std::string, std::int64_t>> SqlOutboxStore::count_dead_by_type(
+    Connection& conn) {
+  std::vector<std::pair<std::string, std::int64_t>> out;
+  for (const auto& r : statement()
+                           .sql("SELECT event_type, COUNT(*) FROM " + options_.table +
+                                " WHERE status = " + status_sql(EventStatus::Dead) +
+                                " GROUP BY event_type ORDER BY 2 DESC, 1")
+                           .query(conn)) {
+    out.emplace_back(r.get_text(0), r.get_int(1));
+  }
+  return out;
+}
+
+std::optional<Timestamp> SqlOutboxStore::oldest_pending(Connection& conn) {
+  const auto rows = statement()
+                        .sql("SELECT " + dialect_.micros("MIN(" + dialect_.pending_column() + ")") +
+                             " FROM " + options_.table + " WHERE " + dialect_.pending_filter())
+                        .query(conn);
+  if (rows.empty() || rows[0].is_null(0)) {
+    return std::nullopt;
+  }
+  return from_micros(rows[0].get_int(0));
+}
+
+SqlEventPurger::SqlEventPurger(const Dialect& dialect, std::string table)
+    : dialect_(dialect), table_(std::move(table)) {
+  validate_table_name(table_);
+}
+
+int SqlEventPurger::purge(Connection& conn, Timestamp before, int limit) {
+  const std::string retention = dialect_.terminal_column();
+  return delete_oldest(
+      conn, dialect_, table_, dialect_.terminal_order_column(), limit, [&](Statement& s) {
+        s.sql(dialect_.terminal_filter() + " AND " + retention + " < ")
+            .at(before)
+            .sql(" AND (status = " + status_sql(EventStatus::Done) + " OR done_at IS NOT NULL)");
+      });
+}
+
+SqlAgeBasedPurger::SqlAgeBasedPurger(const Dialect& dialect, std::string table)
+    : dialect_(dialect), table_(std::move(table)) {
+  validate_table_name(table_);
+}
+
+int SqlAgeBasedPurger::purge(Connection& conn, Timestamp before, int limit) {
+  return delete_oldest(conn, dialect_, table_, "created_at", limit, [&](Statement& s) {
+    s.sql("created_at < ")
+        .at(before)
+        .sql(" AND NOT (" + pending_statuses() + " AND locked_by IS NOT NULL)");
+  });
+}
+
+}  // namespace outbox::sql
