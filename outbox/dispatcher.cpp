@@ -8,11 +8,15 @@
 #include "outbox/errors.hpp"
 #include "outbox/in_flight_tracker.hpp"
 #include "outbox/interceptor.hpp"
+#include "outbox/internal/claim_heartbeat.hpp"
+#include "outbox/internal/delivery_ledger.hpp"
+#include "outbox/internal/dispatch_queue.hpp"
+#include "outbox/internal/done_flusher.hpp"
+#include "outbox/internal/outcome_policy.hpp"
 #include "outbox/listener.hpp"
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
 #include "outbox/retry_policy.hpp"
-#include "outbox/sql/connection.hpp"
 #include "outbox/store.hpp"
 
 namespace outbox {
@@ -85,9 +89,38 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   if (!options_.metrics) {
     options_.metrics = MetricsExporter::noop();
   }
-  flusher_ = std::thread([this] { flusher_loop(); });
+  queue_ = internal::make_fair_queues(options_.hot_queue_capacity, options_.cold_queue_capacity);
+  ledger_ = std::make_unique<internal::DeliveryLedger>(*options_.in_flight_tracker,
+                                                       !options_.claim_owner.empty());
+  status_writer_ = std::make_unique<internal::StatusWriter>(options_.connection_provider,
+                                                            options_.store, options_.clock,
+                                                            options_.metrics, options_.claim_owner);
+  flusher_ = std::make_unique<internal::DoneFlusher>(
+      internal::DoneFlusher::Options{.provider = options_.connection_provider,
+                                     .store = options_.store,
+                                     .clock = options_.clock,
+                                     .metrics = options_.metrics,
+                                     .claim_owner = options_.claim_owner,
+                                     .window = options_.done_batch_window,
+                                     .max = options_.done_batch_max},
+      [this](const std::vector<std::string>& ids, bool written) { on_done_batch(ids, written); });
   if (!options_.claim_owner.empty()) {
-    heartbeat_ = std::thread([this] { heartbeat_loop(); });
+    heartbeat_ = std::make_unique<internal::ClaimHeartbeat>(
+        internal::ClaimHeartbeat::Options{.provider = options_.connection_provider,
+                                          .store = options_.store,
+                                          .clock = options_.clock,
+                                          .claim_owner = options_.claim_owner,
+                                          .claim_timeout = options_.claim_timeout},
+        [this] { return held_claims(); },
+        [this](const std::unordered_set<std::string>& renewed,
+               std::chrono::steady_clock::time_point at) {
+          std::lock_guard lock(queue_mutex_);
+          queue_->for_each([&](QueuedEvent& e) {
+            if (e.claimed_at && renewed.count(e.envelope.event_id()) != 0) {
+              e.claimed_at = at;
+            }
+          });
+        });
   }
   workers_.reserve(static_cast<std::size_t>(options_.worker_count));
   for (int i = 0; i < options_.worker_count; ++i) {
@@ -101,11 +134,16 @@ OutboxDispatcher::~OutboxDispatcher() {
 
 bool OutboxDispatcher::enqueue_hot(QueuedEvent event, bool reserved) {
   event.source = QueuedEvent::Source::Hot;
-  return enqueue(std::move(event), true, reserved) != EnqueueResult::Refused;
+  return enqueue(std::move(event), reserved) != EnqueueResult::Refused;
 }
 
 bool OutboxDispatcher::enqueue_cold(QueuedEvent event) {
   return try_enqueue_cold(std::move(event)) != EnqueueResult::Refused;
+}
+
+OutboxDispatcher::EnqueueResult OutboxDispatcher::try_enqueue_cold(QueuedEvent event) {
+  event.source = QueuedEvent::Source::Cold;
+  return enqueue(std::move(event), false);
 }
 
 bool OutboxDispatcher::reserve(std::string_view event_id) {
@@ -115,20 +153,12 @@ bool OutboxDispatcher::reserve(std::string_view event_id) {
 bool OutboxDispatcher::reserve(std::string_view event_id,
                                std::chrono::steady_clock::time_point claimed_at) {
   std::lock_guard lock(queue_mutex_);
-  if (!options_.in_flight_tracker->try_acquire(event_id)) {
-    return false;
-  }
-  if (!options_.claim_owner.empty()) {
-    // The row's lease runs from its insert, however long the transaction stays open.
-    reserved_at_.insert_or_assign(std::string(event_id), claimed_at);
-  }
-  return true;
+  return ledger_->reserve(event_id, claimed_at);
 }
 
 void OutboxDispatcher::release_reservation(std::string_view event_id) {
   std::lock_guard lock(queue_mutex_);
-  reserved_at_.erase(std::string(event_id));
-  options_.in_flight_tracker->release(event_id);
+  ledger_->release_reservation(event_id);
 }
 
 std::uint64_t OutboxDispatcher::expired_claims_dropped() const {
@@ -143,13 +173,8 @@ bool OutboxDispatcher::claim_lapsed(const QueuedEvent& event) const {
          std::chrono::steady_clock::now() - *event.claimed_at >= options_.claim_timeout / 2;
 }
 
-OutboxDispatcher::EnqueueResult OutboxDispatcher::try_enqueue_cold(QueuedEvent event) {
-  event.source = QueuedEvent::Source::Cold;
-  return enqueue(std::move(event), false, false);
-}
-
-OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, bool hot,
-                                                          bool reserved) {
+OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, bool reserved) {
+  const bool hot = event.source == QueuedEvent::Source::Hot;
   event.batchable = false;
   if (options_.max_batch_size > 1) {
     try {  // looked up here, outside the queue lock: it is the caller's code
@@ -164,36 +189,35 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, boo
   int cold_depth;
   {
     std::lock_guard lock(queue_mutex_);
-    auto& queue = hot ? hot_ : cold_;
-    const auto capacity = hot ? options_.hot_queue_capacity : options_.cold_queue_capacity;
-    const auto& id = event.envelope.event_id();
+    const std::string id = event.envelope.event_id();
     if (reserved) {
-      auto at = reserved_at_.find(id);
-      if (at != reserved_at_.end()) {
-        event.claimed_at = at->second;
-        reserved_at_.erase(at);
-      }
+      event.claimed_at = ledger_->take_reservation(id);
     }
-    if (closing_ || queue.size() >= capacity) {
+    const std::size_t capacity = hot ? options_.hot_queue_capacity : options_.cold_queue_capacity;
+    if (closing_ || queue_->size(event.source) >= capacity) {
       if (reserved) {
-        options_.in_flight_tracker->release(id);
+        ledger_->release(id);
       }
       return EnqueueResult::Refused;
     }
-    if (!hot && completed_ids_.count(id) != 0) {
-      return EnqueueResult::Duplicate;  // completed after this scan read it: no longer pending
+    if (!hot) {
+      switch (ledger_->check_cold(id, event.scan_token)) {
+        case internal::DeliveryLedger::ColdCheck::CompletedDuringScan:
+          return EnqueueResult::Duplicate;  // its row was read while still pending
+        case internal::DeliveryLedger::ColdCheck::ScanInvalidated:
+          // Read before an ordered drop: the head event is pending again and must come first;
+          // the next cycle reads from it.
+          return EnqueueResult::Refused;
+        case internal::DeliveryLedger::ColdCheck::Ok:
+          break;
+      }
     }
-    if (!hot && event.scan_token && *event.scan_token < scans_invalid_before_) {
-      // Read before an ordered drop: the head event is pending again and must come first; the
-      // next cycle reads from it.
-      return EnqueueResult::Refused;
-    }
-    if (!reserved && !options_.in_flight_tracker->try_acquire(id)) {
+    if (!reserved && !ledger_->acquire(id)) {
       return EnqueueResult::Duplicate;  // already queued or being processed here
     }
-    queue.push_back(std::move(event));
-    hot_depth = static_cast<int>(hot_.size());
-    cold_depth = static_cast<int>(cold_.size());
+    queue_->push(std::move(event));
+    hot_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Hot));
+    cold_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Cold));
   }
   work_ready_.notify_one();
   if (hot) {
@@ -207,54 +231,42 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, boo
 
 int OutboxDispatcher::in_memory() const {
   std::lock_guard lock(queue_mutex_);
-  return static_cast<int>(hot_.size() + cold_.size() +
-                          options_.max_batch_size *
-                              static_cast<std::size_t>(options_.worker_count));
+  return static_cast<int>(
+      queue_->size(QueuedEvent::Source::Hot) + queue_->size(QueuedEvent::Source::Cold) +
+      options_.max_batch_size * static_cast<std::size_t>(options_.worker_count));
 }
 
 int OutboxDispatcher::cold_queue_remaining_capacity() const {
   std::lock_guard lock(queue_mutex_);
-  if (closing_) {
-    return 0;
-  }
-  return static_cast<int>(options_.cold_queue_capacity - cold_.size());
+  return closing_ ? 0 : static_cast<int>(queue_->cold_remaining());
 }
 
 std::uint64_t OutboxDispatcher::begin_scan() {
   std::lock_guard lock(queue_mutex_);
-  active_scans_.insert(completion_seq_);
-  return completion_seq_;
+  return ledger_->begin_scan();
 }
 
 void OutboxDispatcher::end_scan(std::uint64_t token) {
   std::lock_guard lock(queue_mutex_);
-  auto it = active_scans_.find(token);
-  if (it != active_scans_.end()) {
-    active_scans_.erase(it);
-  }
-  // Completions older than every remaining scan can no longer be stale reads of any scan.
-  const std::uint64_t oldest = active_scans_.empty() ? completion_seq_ : *active_scans_.begin();
-  while (!completed_log_.empty() && completed_log_.front().first <= oldest) {
-    completed_ids_.erase(completed_log_.front().second);
-    completed_log_.pop_front();
-  }
+  ledger_->end_scan(token);
 }
 
 void OutboxDispatcher::close() {
   std::lock_guard close_lock(close_mutex_);
   std::unique_lock lock(queue_mutex_);
-  if (closing_ && workers_.empty() && !flusher_.joinable()) {
+  if (closing_ && workers_.empty()) {
     return;
   }
   closing_ = true;
   work_ready_.notify_all();
   // With no drain time, abandon under the same lock hold so no worker takes another event.
-  const bool drained = options_.drain_timeout.count() > 0
-                           ? drained_.wait_for(lock, options_.drain_timeout,
-                                               [&] { return hot_.empty() && cold_.empty(); })
-                           : hot_.empty() && cold_.empty();
+  const bool drained =
+      options_.drain_timeout.count() > 0
+          ? drained_.wait_for(lock, options_.drain_timeout, [&] { return queue_->empty(); })
+          : queue_->empty();
   abandon_ = true;
-  const auto left = hot_.size() + cold_.size();
+  const auto left =
+      queue_->size(QueuedEvent::Source::Hot) + queue_->size(QueuedEvent::Source::Cold);
   lock.unlock();
   work_ready_.notify_all();
   for (auto& t : workers_) {
@@ -263,28 +275,13 @@ void OutboxDispatcher::close() {
     }
   }
   workers_.clear();
-  {
-    std::lock_guard heartbeat_lock(heartbeat_mutex_);
-    heartbeat_stop_ = true;
+  if (heartbeat_) {
+    heartbeat_->stop();
   }
-  heartbeat_wake_.notify_all();
-  if (heartbeat_.joinable()) {
-    heartbeat_.join();
-  }
-  {
-    std::lock_guard done_lock(done_mutex_);
-    flusher_stop_ = true;
-  }
-  done_ready_.notify_all();
-  if (flusher_.joinable()) {
-    flusher_.join();  // it writes every DONE mark still waiting before it stops
-  }
+  flusher_->stop();  // it writes every DONE mark still waiting before it stops
   lock.lock();
-  for (auto* queue : {&hot_, &cold_}) {
-    for (auto& e : *queue) {
-      options_.in_flight_tracker->release(e.envelope.event_id());
-    }
-    queue->clear();
+  for (auto& e : queue_->clear()) {
+    ledger_->release(e.envelope.event_id());
   }
   lock.unlock();
   if (!drained) {
@@ -301,41 +298,26 @@ void OutboxDispatcher::worker_loop() {
     int cold_depth;
     {
       std::unique_lock lock(queue_mutex_);
-      work_ready_.wait(lock,
-                       [&] { return abandon_ || closing_ || !hot_.empty() || !cold_.empty(); });
-      if (abandon_ || (hot_.empty() && cold_.empty())) {
+      work_ready_.wait(lock, [&] { return abandon_ || closing_ || !queue_->empty(); });
+      if (abandon_ || queue_->empty()) {
         if (closing_) {
           drained_.notify_all();
           return;
         }
         continue;
       }
-      // 2:1 hot:cold when both have work, so a steady hot stream cannot starve the poller.
-      const bool take_hot = !hot_.empty() && (cold_.empty() || fairness_tick_++ % 3 != 2);
-      auto& queue = take_hot ? hot_ : cold_;
-      // Events a batch listener takes travel together; any other goes alone, so a slow single
-      // listener holds one worker for one event and idle workers take the next ones (a worker
-      // once ran a whole batch of webhooks one after another, far past drain_timeout).
-      while (!queue.empty() && events.size() < options_.max_batch_size) {
-        if (!queue.front().batchable && !events.empty()) {
-          break;
-        }
-        const bool alone = !queue.front().batchable;
-        if (claim_lapsed(queue.front())) {
-          lapsed.push_back(queue.front().envelope.event_id());
+      for (auto& e : queue_->take(options_.max_batch_size)) {
+        if (claim_lapsed(e)) {
+          lapsed.push_back(e.envelope.event_id());
         } else {
-          running_.insert(queue.front().envelope.event_id());
-          events.push_back(std::move(queue.front()));
-        }
-        queue.pop_front();
-        if (alone && !events.empty()) {
-          break;
+          ledger_->running(e.envelope.event_id());
+          events.push_back(std::move(e));
         }
       }
       expired_dropped_ += lapsed.size();
-      hot_depth = static_cast<int>(hot_.size());
-      cold_depth = static_cast<int>(cold_.size());
-      if (hot_depth == 0 && cold_depth == 0) {
+      hot_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Hot));
+      cold_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Cold));
+      if (queue_->empty()) {
         drained_.notify_all();
       }
     }
@@ -358,65 +340,66 @@ void OutboxDispatcher::worker_loop() {
   }
 }
 
-std::exception_ptr OutboxDispatcher::run_before(const EventEnvelope& event) {
+bool OutboxDispatcher::run_before(const EventEnvelope& event, DeliveryResult& failure) {
   try {
     for (const auto& interceptor : options_.interceptors) {
       interceptor->before_dispatch(event);
     }
+    return true;
   } catch (...) {
-    return std::current_exception();
+    failure = DeliveryResult::from_exception(std::current_exception());
+    return false;
   }
-  return nullptr;
+}
+
+DeliveryResult OutboxDispatcher::run_listener(const EventEnvelope& event) {
+  DeliveryResult result;
+  if (!run_before(event, result)) {
+    return result;
+  }
+  try {
+    if (auto listener =
+            options_.listeners->result_listener_for(event.aggregate_type(), event.event_type())) {
+      return (*listener)(event);
+    }
+    auto listener = options_.listeners->listener_for(event.aggregate_type(), event.event_type());
+    if (!listener) {
+      return {.kind = DeliveryResult::Kind::Unroutable,
+              .message = "no listener for aggregate type '" + event.aggregate_type() +
+                         "' and event type '" + event.event_type() + "'"};
+    }
+    (*listener)(event);
+    return DeliveryResult::delivered();
+  } catch (...) {
+    return DeliveryResult::from_exception(std::current_exception());
+  }
 }
 
 void OutboxDispatcher::process(QueuedEvent& queued) {
   const EventEnvelope& event = queued.envelope;
   for (;;) {
-    std::exception_ptr error = run_before(event);
-    if (!error) {
-      try {
-        auto listener =
-            options_.listeners->listener_for(event.aggregate_type(), event.event_type());
-        if (!listener) {
-          throw UnroutableEventError("no listener for aggregate type '" + event.aggregate_type() +
-                                     "' and event type '" + event.event_type() + "'");
-        }
-        (*listener)(event);
-      } catch (...) {
-        error = std::current_exception();
+    DeliveryResult result = run_listener(event);
+    if (options_.ordered && result.kind == DeliveryResult::Kind::RetryLater &&
+        !result.count_attempt) {
+      // Written as RETRY, the row would let the aggregate's next event (already due) overtake
+      // it; held here, nothing later starts before it.
+      log(LogLevel::Warning, "event " + event.event_id() + " deferred for " +
+                                 std::to_string(result.delay.count()) +
+                                 " ms; ordered mode holds the queue meanwhile");
+      // At least a short pause: a listener deferring by 0 must not spin a core.
+      const auto pause = std::max(clamp_delay(result.delay), kMinOrderedPause);
+      std::unique_lock lock(queue_mutex_);
+      const bool stopping = work_ready_.wait_for(lock, pause, [&] { return closing_; });
+      if (!stopping) {
+        continue;
       }
+      lock.unlock();
+      // Closing: this row and every later one stay pending, to be delivered in order after a
+      // restart.
+      drop_queued(event.event_id());
+      return;
     }
-    if (options_.ordered && error) {
-      std::optional<std::chrono::milliseconds> defer;
-      try {
-        std::rethrow_exception(error);
-      } catch (const RetryLater& later) {
-        if (!later.count_attempt()) {
-          defer = later.delay();
-        }
-      } catch (...) {
-      }
-      if (defer) {
-        // Written as RETRY, the row would let the aggregate's next event (already due) overtake
-        // it; held here, nothing later starts before it.
-        log(LogLevel::Warning, "event " + event.event_id() + " deferred for " +
-                                   std::to_string(defer->count()) +
-                                   " ms; ordered mode holds the queue meanwhile");
-        // At least a short pause: a listener deferring by 0 must not spin a core.
-        const auto pause = std::max(clamp_delay(*defer), kMinOrderedPause);
-        std::unique_lock lock(queue_mutex_);
-        const bool stopping = work_ready_.wait_for(lock, pause, [&] { return closing_; });
-        if (!stopping) {
-          continue;
-        }
-        lock.unlock();
-        // Closing: this row and every later one stay pending, to be delivered in order after a
-        // restart.
-        drop_queued(event.event_id());
-        return;
-      }
-    }
-    complete(queued, error);
+    complete(queued, result);
     return;
   }
 }
@@ -448,33 +431,32 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
     group->second.push_back(i);
   }
   for (auto& [listener, members] : groups) {
-    std::vector<std::exception_ptr> errors(members.size());
+    std::vector<DeliveryResult> results(members.size());
     std::vector<const EventEnvelope*> batch;
     std::vector<std::size_t> batch_members;  // positions in `members` of the events in `batch`
     for (std::size_t k = 0; k < members.size(); ++k) {
-      errors[k] = run_before(events[members[k]].envelope);
-      if (!errors[k]) {
+      if (run_before(events[members[k]].envelope, results[k])) {
         batch.push_back(&events[members[k]].envelope);
         batch_members.push_back(k);
       }
     }
     if (!batch.empty()) {
-      std::vector<std::exception_ptr> results;
+      std::vector<DeliveryResult> returned;
       try {
-        results = (*listener)(batch);
-        if (results.size() != batch.size()) {
-          throw std::logic_error("batch listener returned " + std::to_string(results.size()) +
+        returned = (*listener)(batch);
+        if (returned.size() != batch.size()) {
+          throw std::logic_error("batch listener returned " + std::to_string(returned.size()) +
                                  " results for " + std::to_string(batch.size()) + " events");
         }
       } catch (...) {
-        results.assign(batch.size(), std::current_exception());
+        returned.assign(batch.size(), DeliveryResult::from_exception(std::current_exception()));
       }
       for (std::size_t j = 0; j < batch.size(); ++j) {
-        errors[batch_members[j]] = results[j];
+        results[batch_members[j]] = std::move(returned[j]);
       }
     }
     for (std::size_t k = 0; k < members.size(); ++k) {
-      complete(events[members[k]], errors[k]);
+      complete(events[members[k]], results[k]);
     }
   }
   for (std::size_t i : singles) {
@@ -482,60 +464,91 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
   }
 }
 
-DispatcherWriterHook::DispatcherWriterHook(OutboxDispatcher& dispatcher,
-                                           std::shared_ptr<MetricsExporter> metrics,
-                                           std::string lock_owner)
-    : dispatcher_(dispatcher),
-      metrics_(metrics ? std::move(metrics) : MetricsExporter::noop()),
-      lock_owner_(std::move(lock_owner)) {}
-
-namespace {
-// Delayed events go to the poller. Decided from the envelope alone so that after_write and
-// after_commit always agree on which events were reserved.
-bool takes_hot_path(const EventEnvelope& e) {
-  return !e.available_at() || *e.available_at() <= e.occurred_at();
+void OutboxDispatcher::complete(QueuedEvent& queued, const DeliveryResult& result) {
+  const EventEnvelope& event = queued.envelope;
+  for (auto it = options_.interceptors.rbegin(); it != options_.interceptors.rend(); ++it) {
+    try {
+      (*it)->after_dispatch(event, result);
+    } catch (const std::exception& e) {
+      log(LogLevel::Warning, std::string("after_dispatch threw: ") + e.what());
+    } catch (...) {
+      log(LogLevel::Warning, "after_dispatch threw a non-standard exception");
+    }
+  }
+  // Decide the outcome first, then write it once: a failed status write is logged and counted,
+  // never turned into a listener retry (the row stays pending and the poller brings it back).
+  const auto change = internal::decide_status(result, queued.attempts, options_.max_attempts,
+                                              *options_.retry_policy);
+  using Outcome = internal::StatusChange::Outcome;
+  // Metrics are counted after the event is released, so an observer that sees a count can
+  // queue the same event again.
+  if (change.outcome == Outcome::Done && !options_.ordered) {
+    flusher_->add(event.event_id());  // counted as a success once its DONE mark is written
+    return;
+  }
+  const bool written = status_writer_->write(event.event_id(), change);
+  if (!written && options_.ordered) {
+    drop_queued(event.event_id());
+  } else {
+    finish(event.event_id());
+  }
+  switch (change.outcome) {
+    case Outcome::Done:
+      if (written) {
+        options_.metrics->increment_dispatch_success();
+      }
+      break;
+    case Outcome::Retry:
+    case Outcome::Deferred:
+      options_.metrics->increment_dispatch_failure();
+      log(LogLevel::Warning, "event " + event.event_id() + " (" + event.event_type() +
+                                 ") failed, will retry: " + change.message);
+      break;
+    case Outcome::Dead:
+      options_.metrics->increment_dispatch_dead();
+      log(LogLevel::Error,
+          "event " + event.event_id() + " (" + event.event_type() + ") is DEAD: " + change.message);
+      break;
+  }
 }
-}  // namespace
 
-namespace {
-// When the current thread's write began: the database stamps the claim when the insert statement
-// starts, which may be long before it returns (a lock wait, a large batch), so the lease is counted
-// from before the statement was sent.
-thread_local std::chrono::steady_clock::time_point tls_write_began;
-}  // namespace
-
-std::vector<EventEnvelope> DispatcherWriterHook::before_write(std::vector<EventEnvelope> events) {
-  tls_write_began = std::chrono::steady_clock::now();
-  return events;
-}
-
-void DispatcherWriterHook::after_write(const std::vector<EventEnvelope>& events) {
-  for (const auto& e : events) {
-    if (takes_hot_path(e)) {
-      dispatcher_.reserve(e.event_id(), tls_write_began);
+void OutboxDispatcher::on_done_batch(const std::vector<std::string>& ids, bool written) {
+  for (const auto& id : ids) {
+    finish(id);
+    if (written) {
+      options_.metrics->increment_dispatch_success();
     }
   }
 }
 
-void DispatcherWriterHook::after_commit(const std::vector<EventEnvelope>& events) {
-  for (const auto& e : events) {
-    if (!takes_hot_path(e)) {
-      continue;
-    }
-    if (!dispatcher_.enqueue_hot(QueuedEvent{e, QueuedEvent::Source::Hot, 0}, true)) {
-      metrics_->increment_hot_dropped();
-      log(LogLevel::Warning,
-          "hot queue full or closed; event " + e.event_id() + " left for the poller");
-    }
+void OutboxDispatcher::drop_queued(const std::string& head_id) {
+  // One lock hold: the head event and every queued one are released, and every poll cycle begun
+  // so far is invalidated together, so no cycle can slip a later event in before the head's
+  // redelivery (neither one that read the queue before, nor one that starts in between).
+  std::lock_guard lock(queue_mutex_);
+  for (auto& e : queue_->clear()) {
+    ledger_->finish(e.envelope.event_id());
   }
+  ledger_->finish(head_id);
+  ledger_->invalidate_scans();
 }
 
-void DispatcherWriterHook::after_rollback(const std::vector<EventEnvelope>& events) {
-  for (const auto& e : events) {
-    if (takes_hot_path(e)) {
-      dispatcher_.release_reservation(e.event_id());
+std::vector<std::string> OutboxDispatcher::held_claims() {
+  std::vector<std::string> ids;
+  std::lock_guard lock(queue_mutex_);
+  queue_->for_each([&](QueuedEvent& e) {
+    if (!claim_lapsed(e)) {  // a lapsed claim may belong to another node by now
+      ids.push_back(e.envelope.event_id());
     }
-  }
+  });
+  const auto& running = ledger_->running_ids();
+  ids.insert(ids.end(), running.begin(), running.end());
+  return ids;
+}
+
+void OutboxDispatcher::finish(const std::string& event_id) {
+  std::lock_guard lock(queue_mutex_);
+  ledger_->finish(event_id);
 }
 
 }  // namespace outbox

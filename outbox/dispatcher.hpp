@@ -1,24 +1,23 @@
 #pragma once
 // Hot and cold bounded queues drained by a worker pool that runs listeners and writes the outcome.
+// Its parts live in outbox/internal: the queues (dispatch_queue), the delivery ledger, the outcome
+// policy and status writer, the DONE flusher and the claim heartbeat; the writer's hot-path hook
+// is in dispatcher_writer_hook.hpp.
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "outbox/clock.hpp"
+#include "outbox/delivery_result.hpp"
 #include "outbox/envelope.hpp"
-#include "outbox/writer.hpp"
+#include "outbox/queued_event.hpp"
 
 namespace outbox {
 
@@ -31,23 +30,13 @@ class InFlightTracker;
 class RetryPolicy;
 class MetricsExporter;
 class EventInterceptor;
-
-/// A queue element.
-struct QueuedEvent {
-  enum class Source { Hot, Cold };
-  EventEnvelope envelope;
-  Source source = Source::Hot;
-  int attempts = 0;  ///< attempts already recorded in the row
-  /// When this node's claim on the row was stamped (multi-node; taken before the claiming
-  /// statement ran). Unset: no claim to watch.
-  std::optional<std::chrono::steady_clock::time_point> claimed_at;
-  /// The begin_scan() token of the poll cycle that read the row (cold events). Unset: not read by
-  /// a tracked cycle.
-  std::optional<std::uint64_t> scan_token;
-  /// Set by the dispatcher when queued: a batch listener takes this event. Events without one go
-  /// to a worker alone, so a worker never runs several single listeners one after another.
-  bool batchable = false;
-};
+namespace internal {
+class DispatchQueue;
+class DeliveryLedger;
+class StatusWriter;
+class DoneFlusher;
+class ClaimHeartbeat;
+}  // namespace internal
 
 /// Runs listeners for queued events and records DONE / RETRY / DEAD. Thread-safe.
 ///
@@ -148,77 +137,30 @@ class OutboxDispatcher {
   void worker_loop();
   void process(QueuedEvent& event);
   void process_batch(std::vector<QueuedEvent>& events);
-  std::exception_ptr run_before(const EventEnvelope& event);
-  void complete(QueuedEvent& queued, std::exception_ptr error);
+  DeliveryResult run_listener(const EventEnvelope& event);
+  bool run_before(const EventEnvelope& event, DeliveryResult& failure);
+  void complete(QueuedEvent& queued, const DeliveryResult& result);
   void finish(const std::string& event_id);
-  void finish_locked(const std::string& event_id);  // queue_mutex_ held
-  void complete_done(std::string event_id);
-  void flusher_loop();
-  void heartbeat_loop();
+  void on_done_batch(const std::vector<std::string>& ids, bool written);
+  std::vector<std::string> held_claims();
   bool claim_lapsed(const QueuedEvent& event) const;
-  enum class Outcome { Done, Retry, Deferred, Dead };
-  /// Writes the row's new status; false (logged, counted) when it could not be written.
-  bool write_outcome(const QueuedEvent& queued, Outcome outcome, std::chrono::milliseconds delay,
-                     const std::string& message, bool count_attempt);
   void drop_queued(const std::string& head_id);
-  EnqueueResult enqueue(QueuedEvent event, bool hot, bool reserved);
+  EnqueueResult enqueue(QueuedEvent event, bool reserved);
 
   Options options_;
-  mutable std::mutex queue_mutex_;  // guards the queues, flags, scan bookkeeping
+  mutable std::mutex queue_mutex_;  // guards queue_, ledger_, the flags and counters below
   std::condition_variable work_ready_;
   std::condition_variable drained_;
-  std::deque<QueuedEvent> hot_;
-  std::deque<QueuedEvent> cold_;
-  unsigned fairness_tick_ = 0;
+  std::unique_ptr<internal::DispatchQueue> queue_;
+  std::unique_ptr<internal::DeliveryLedger> ledger_;
   bool closing_ = false;
   bool abandon_ = false;
-  std::uint64_t completion_seq_ = 0;
-  std::multiset<std::uint64_t> active_scans_;
-  std::deque<std::pair<std::uint64_t, std::string>> completed_log_;
-  std::unordered_set<std::string> completed_ids_;
-  // Multi-node: when each reserved (written, not yet committed) event's claim was stamped, and the
-  // ids workers are running now (renewed by the heartbeat with the queued ones).
-  std::unordered_map<std::string, std::chrono::steady_clock::time_point> reserved_at_;
-  std::unordered_set<std::string> running_;
   std::uint64_t expired_dropped_ = 0;
-  // Ordered mode: poll cycles that began before this completion count read the queue that was
-  // dropped after a failed status write; what they still hand over is refused.
-  std::uint64_t scans_invalid_before_ = 0;
-  std::mutex done_mutex_;  // guards pending_done_, first_done_at_, flusher_stop_
-  std::condition_variable done_ready_;
-  std::vector<std::string> pending_done_;
-  std::chrono::steady_clock::time_point first_done_at_;
-  bool flusher_stop_ = false;
-  std::thread flusher_;
-  std::mutex heartbeat_mutex_;  // guards heartbeat_stop_
-  std::condition_variable heartbeat_wake_;
-  bool heartbeat_stop_ = false;
-  std::thread heartbeat_;
+  std::unique_ptr<internal::StatusWriter> status_writer_;
+  std::unique_ptr<internal::DoneFlusher> flusher_;
+  std::unique_ptr<internal::ClaimHeartbeat> heartbeat_;
   std::mutex close_mutex_;  // serialises close()
   std::vector<std::thread> workers_;
-};
-
-/// WriterHook that puts committed events on the dispatcher's hot queue. Events are reserved in
-/// the dispatcher before commit (so the poller cannot deliver them a second time in the gap between
-/// commit and hook) and enqueued after it. Delayed events (available_at after occurred_at) are left
-/// to the poller. A full queue is logged (warning) and counted; the poller delivers those rows.
-/// Thread-safe.
-class DispatcherWriterHook final : public WriterHook {
- public:
-  /// `dispatcher` must outlive the hook's use. With a `lock_owner` (multi-node), rows are inserted
-  /// claimed by it so that other nodes' pollers do not deliver them while this node does.
-  DispatcherWriterHook(OutboxDispatcher& dispatcher, std::shared_ptr<MetricsExporter> metrics,
-                       std::string lock_owner = {});
-  std::string_view lock_owner() const override { return lock_owner_; }
-  std::vector<EventEnvelope> before_write(std::vector<EventEnvelope> events) override;
-  void after_write(const std::vector<EventEnvelope>& events) override;
-  void after_commit(const std::vector<EventEnvelope>& events) override;
-  void after_rollback(const std::vector<EventEnvelope>& events) override;
-
- private:
-  OutboxDispatcher& dispatcher_;
-  std::shared_ptr<MetricsExporter> metrics_;
-  std::string lock_owner_;
 };
 
 }  // namespace outbox

@@ -14,12 +14,14 @@ class BeforeInterceptor final : public EventInterceptor {
 
 class AfterInterceptor final : public EventInterceptor {
  public:
-  explicit AfterInterceptor(std::function<void(const EventEnvelope&, std::exception_ptr)> fn)
+  explicit AfterInterceptor(std::function<void(const EventEnvelope&, const DeliveryResult&)> fn)
       : fn_(std::move(fn)) {}
-  void after_dispatch(const EventEnvelope& e, std::exception_ptr error) override { fn_(e, error); }
+  void after_dispatch(const EventEnvelope& e, const DeliveryResult& result) override {
+    fn_(e, result);
+  }
 
  private:
-  std::function<void(const EventEnvelope&, std::exception_ptr)> fn_;
+  std::function<void(const EventEnvelope&, const DeliveryResult&)> fn_;
 };
 
 }  // namespace
@@ -30,7 +32,7 @@ std::shared_ptr<EventInterceptor> EventInterceptor::before(
 }
 
 std::shared_ptr<EventInterceptor> EventInterceptor::after(
-    std::function<void(const EventEnvelope&, std::exception_ptr)> fn) {
+    std::function<void(const EventEnvelope&, const DeliveryResult&)> fn) {
   return std::make_shared<AfterInterceptor>(std::move(fn));
 }
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "outbox/delivery_result.hpp"
 #include "outbox/envelope.hpp"
 
 namespace outbox {
@@ -18,11 +19,14 @@ namespace outbox {
 /// Reacts to one event; throws to fail it (RetryLater to ask for a delayed redelivery).
 using EventListener = std::function<void(const EventEnvelope&)>;
 
-/// Reacts to several events at once (e.g. a publisher sending one batch): returns one entry per
-/// event, in order — nullptr for success, otherwise what that event failed with (the exceptions
-/// an EventListener would throw, RetryLater and PermanentFailure included).
+/// Reacts to one event and says how it went as a value instead of throwing (e.g. a publisher that
+/// gets a result from its broker). A throw counts as DeliveryResult::from_exception.
+using ResultListener = std::function<DeliveryResult(const EventEnvelope&)>;
+
+/// Reacts to several events at once (e.g. a publisher sending one batch): returns one result per
+/// event, in order. A throw, or a result count that does not match, fails every event of the call.
 using BatchEventListener =
-    std::function<std::vector<std::exception_ptr>(std::span<const EventEnvelope* const>)>;
+    std::function<std::vector<DeliveryResult>(std::span<const EventEnvelope* const>)>;
 
 /// Finds the single listener for (aggregate type, event type). Implementations must be thread-safe.
 class ListenerRegistry {
@@ -31,6 +35,11 @@ class ListenerRegistry {
   /// The listener, or nullptr when none is registered (the event is then unroutable → DEAD).
   virtual std::shared_ptr<const EventListener> listener_for(std::string_view aggregate_type,
                                                             std::string_view event_type) const = 0;
+  /// Optional value-returning form for the same pair; used instead of listener_for when present.
+  virtual std::shared_ptr<const ResultListener> result_listener_for(
+      std::string_view /*aggregate_type*/, std::string_view /*event_type*/) const {
+    return nullptr;
+  }
   /// Optional batch form for the same pair, used by a dispatcher with max_batch_size > 1; events
   /// of one batch share the returned pointer. Default: none (events go one by one).
   virtual std::shared_ptr<const BatchEventListener> batch_listener_for(

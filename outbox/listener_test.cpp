@@ -52,12 +52,12 @@ TEST(EventInterceptor, FactoriesWrapFunctions) {
   bool saw_error = false;
   auto b = outbox::EventInterceptor::before([&](const auto&) { ++before; });
   auto a = outbox::EventInterceptor::after(
-      [&](const auto&, std::exception_ptr e) { saw_error = e != nullptr; });
+      [&](const auto&, const outbox::DeliveryResult& r) { saw_error = !r.ok(); });
   auto e = outbox::EventEnvelope::of_json(EventType::of("X"), "{}");
   b->before_dispatch(e);
-  b->after_dispatch(e, nullptr);
+  b->after_dispatch(e, outbox::DeliveryResult::delivered());
   a->before_dispatch(e);
-  a->after_dispatch(e, std::make_exception_ptr(std::runtime_error("x")));
+  a->after_dispatch(e, outbox::DeliveryResult::failed("x"));
   EXPECT_EQ(before, 1);
   EXPECT_TRUE(saw_error);
 }

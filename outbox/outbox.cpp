@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "outbox/dispatcher.hpp"
+#include "outbox/dispatcher_writer_hook.hpp"
 #include "outbox/listener.hpp"
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"

@@ -5,6 +5,7 @@
 
 #include "outbox/clock.hpp"
 #include "outbox/dispatcher.hpp"
+#include "outbox/internal/periodic_worker.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
@@ -91,6 +92,10 @@ OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {
   if (!options_.clock) {
     options_.clock = Clock::system();
   }
+  // Waiting is the poller's behaviour; close() wakes it at once. A full batch means a backlog:
+  // the next cycle runs without waiting.
+  worker_ = std::make_unique<internal::PeriodicWorker>(
+      "OutboxPoller", [this] { poll(); }, [this] { return next_wait(); });
 }
 
 OutboxPoller::~OutboxPoller() {
@@ -98,44 +103,11 @@ OutboxPoller::~OutboxPoller() {
 }
 
 void OutboxPoller::start() {
-  std::lock_guard lock(state_mutex_);
-  if (closed_) {
-    throw std::logic_error("OutboxPoller: start() after close()");
-  }
-  if (started_) {
-    return;
-  }
-  started_ = true;
-  thread_ = std::thread([this] { run(); });
+  worker_->start();
 }
 
 void OutboxPoller::close() {
-  {
-    std::lock_guard lock(state_mutex_);
-    if (closed_) {
-      return;
-    }
-    closed_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) {
-    thread_.join();
-  }
-}
-
-void OutboxPoller::run() {
-  std::unique_lock lock(state_mutex_);
-  while (!closed_) {
-    lock.unlock();
-    poll();
-    lock.lock();
-    // Waiting is the poller's behaviour; close() wakes it at once. A full batch means a backlog:
-    // the next cycle runs without waiting.
-    const auto wait = next_wait();
-    if (wait.count() > 0) {
-      wake_.wait_for(lock, wait, [&] { return closed_; });
-    }
-  }
+  worker_->close();
 }
 
 std::chrono::milliseconds OutboxPoller::next_wait() const {
@@ -159,8 +131,7 @@ std::chrono::milliseconds OutboxPoller::next_wait() const {
 int OutboxPoller::poll() {
   {
     // After close() nothing is handed over: the handler (a closed dispatcher) may be gone.
-    std::lock_guard state(state_mutex_);
-    if (closed_) {
+    if (worker_->closed()) {
       return 0;
     }
   }

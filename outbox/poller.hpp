@@ -4,13 +4,11 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "outbox/clock.hpp"
 #include "outbox/envelope.hpp"
@@ -24,6 +22,9 @@ class OutboxStore;
 class MetricsExporter;
 class JsonCodec;
 class OutboxDispatcher;
+namespace internal {
+class PeriodicWorker;
+}
 
 /// Receives the events a poll cycle found. Implementations must be thread-safe.
 class OutboxPollerHandler {
@@ -119,8 +120,6 @@ class OutboxPoller {
   std::uint64_t completed_cycles() const noexcept { return completed_cycles_.load(); }
 
  private:
-  void run();
-
   Options options_;
   std::string owner_;
   std::atomic<std::uint64_t> completed_cycles_{0};
@@ -132,11 +131,7 @@ class OutboxPoller {
   std::optional<Timestamp> cursor_created_at_;
   std::string cursor_event_id_;
   std::chrono::steady_clock::time_point last_head_scan_{};
-  std::mutex state_mutex_;  // guards started_, closed_
-  std::condition_variable wake_;
-  bool started_ = false;
-  bool closed_ = false;
-  std::thread thread_;
+  std::unique_ptr<internal::PeriodicWorker> worker_;  // last: stopped before the rest goes
 };
 
 }  // namespace outbox

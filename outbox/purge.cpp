@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "outbox/clock.hpp"
+#include "outbox/internal/periodic_worker.hpp"
 #include "outbox/log.hpp"
 #include "outbox/sql/connection.hpp"
 
@@ -30,6 +31,8 @@ OutboxPurgeScheduler::OutboxPurgeScheduler(Options options) : options_(std::move
   if (!options_.clock) {
     options_.clock = Clock::system();
   }
+  worker_ = std::make_unique<internal::PeriodicWorker>(
+      "OutboxPurgeScheduler", [this] { run_once(); }, [this] { return options_.interval; });
 }
 
 OutboxPurgeScheduler::~OutboxPurgeScheduler() {
@@ -37,39 +40,11 @@ OutboxPurgeScheduler::~OutboxPurgeScheduler() {
 }
 
 void OutboxPurgeScheduler::start() {
-  std::lock_guard lock(state_mutex_);
-  if (closed_) {
-    throw std::logic_error("OutboxPurgeScheduler: start() after close()");
-  }
-  if (started_) {
-    return;
-  }
-  started_ = true;
-  thread_ = std::thread([this] { run(); });
+  worker_->start();
 }
 
 void OutboxPurgeScheduler::close() {
-  {
-    std::lock_guard lock(state_mutex_);
-    if (closed_) {
-      return;
-    }
-    closed_ = true;
-  }
-  wake_.notify_all();
-  if (thread_.joinable()) {
-    thread_.join();
-  }
-}
-
-void OutboxPurgeScheduler::run() {
-  std::unique_lock lock(state_mutex_);
-  while (!closed_) {
-    lock.unlock();
-    run_once();
-    lock.lock();
-    wake_.wait_for(lock, options_.interval, [&] { return closed_; });
-  }
+  worker_->close();
 }
 
 int OutboxPurgeScheduler::run_once() {
@@ -83,8 +58,7 @@ int OutboxPurgeScheduler::run_once() {
       if (deleted < options_.batch_size) {
         break;
       }
-      std::lock_guard lock(state_mutex_);
-      if (closed_) {
+      if (worker_->closed()) {
         break;  // close() stops a long purge between batches
       }
     }

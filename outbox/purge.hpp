@@ -2,14 +2,14 @@
 // Deletion of old rows.
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "outbox/clock.hpp"
 
 namespace outbox {
+namespace internal {
+class PeriodicWorker;
+}
 
 namespace sql {
 class Connection;
@@ -55,13 +55,8 @@ class OutboxPurgeScheduler {
   void close();
 
  private:
-  void run();
   Options options_;
-  std::mutex state_mutex_;  // guards started_, closed_
-  std::condition_variable wake_;
-  bool started_ = false;
-  bool closed_ = false;
-  std::thread thread_;
+  std::unique_ptr<internal::PeriodicWorker> worker_;  // last: stopped before the rest goes
 };
 
 }  // namespace outbox

@@ -1,4 +1,5 @@
 #include "outbox/dispatcher.hpp"
+#include "outbox/dispatcher_writer_hook.hpp"
 
 #include <gtest/gtest.h>
 
@@ -120,15 +121,15 @@ TEST_F(DispatcherTest, BatchListenerGetsQueuedEventsTogetherWithPerEventOutcomes
   auto registry =
       std::make_shared<BatchRegistry>(listeners, [&](std::span<const EventEnvelope* const> batch) {
         std::vector<std::string> ids;
-        std::vector<std::exception_ptr> out;
+        std::vector<DeliveryResult> out;
         for (const auto* e : batch) {
           ids.push_back(e->event_id());
           if (e->event_id() == "b1") {
-            out.push_back(std::make_exception_ptr(std::runtime_error("broker busy")));
+            out.push_back(DeliveryResult::failed("broker busy"));
           } else if (e->event_id() == "b2") {
-            out.push_back(std::make_exception_ptr(PermanentFailure("rejected")));
+            out.push_back(DeliveryResult::permanent("rejected"));
           } else {
-            out.push_back(nullptr);
+            out.push_back(DeliveryResult::delivered());
           }
         }
         std::lock_guard lock(calls_mutex);
@@ -177,7 +178,7 @@ TEST_F(DispatcherTest, BatchListenerThrowingFailsEveryEventOfTheBatch) {
     gate.wait();
   });
   auto registry = std::make_shared<BatchRegistry>(
-      listeners, [](std::span<const EventEnvelope* const>) -> std::vector<std::exception_ptr> {
+      listeners, [](std::span<const EventEnvelope* const>) -> std::vector<DeliveryResult> {
         throw std::runtime_error("connection reset");
       });
   auto o = options();
@@ -313,9 +314,10 @@ TEST_F(DispatcherTest, InterceptorsRunInOrderAndReverseAndSeeTheError) {
   o.interceptors = {
       EventInterceptor::before([&](const EventEnvelope&) { rec("before1"); }),
       EventInterceptor::before([&](const EventEnvelope&) { rec("before2"); }),
-      EventInterceptor::after(
-          [&](const EventEnvelope&, std::exception_ptr e) { rec(e ? "after1:err" : "after1"); }),
-      EventInterceptor::after([&](const EventEnvelope&, std::exception_ptr) {
+      EventInterceptor::after([&](const EventEnvelope&, const DeliveryResult& r) {
+        rec(r.ok() ? "after1" : "after1:err");
+      }),
+      EventInterceptor::after([&](const EventEnvelope&, const DeliveryResult&) {
         rec("after2");
         throw std::runtime_error("ignored");
       }),
@@ -345,7 +347,8 @@ TEST_F(DispatcherTest, StatusWriteFailureIsCountedNotRetried) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
   auto o = options();
-  o.store = std::make_shared<sqlite::SqliteOutboxStore>(sqlite::SqliteOutboxStore::Options{.table = "no_such_table"});
+  o.store = std::make_shared<sqlite::SqliteOutboxStore>(
+      sqlite::SqliteOutboxStore::Options{.table = "no_such_table"});
   OutboxDispatcher d(o);
   d.enqueue_hot(queued(committed("A", "s1")));
   ASSERT_TRUE(wait_until([&] { return metrics->snapshot().status_update_failure == 1; }));

@@ -62,20 +62,20 @@ std::string default_owner() {
          "-" + new_ulid().substr(16);
 }
 
-// Turns one publish result into what a listener reports: nothing, or the failure to record.
-std::exception_ptr to_failure(const PublishResult& result) {
+// One publish result as the dispatcher's delivery result.
+DeliveryResult to_delivery(const PublishResult& result) {
   switch (result.kind) {
     case PublishResult::Kind::Ok:
-      return nullptr;
+      return DeliveryResult::delivered();
     case PublishResult::Kind::Retriable:
       if (result.retry_after) {
-        return std::make_exception_ptr(RetryLater(*result.retry_after, result.reason));
+        return DeliveryResult::retry_later(*result.retry_after, result.reason);
       }
-      return std::make_exception_ptr(std::runtime_error(result.reason));
+      return DeliveryResult::failed(result.reason);
     case PublishResult::Kind::Permanent:
-      return std::make_exception_ptr(PermanentFailure(result.reason));
+      return DeliveryResult::permanent(result.reason);
   }
-  return nullptr;
+  return DeliveryResult::failed(result.reason);
 }
 
 // Publishers that take many events per call get the dispatcher's batches; a webhook publisher
@@ -97,7 +97,7 @@ class RoutingRegistry final : public ListenerRegistry {
         std::vector<PublishRequest> requests;
         requests.reserve(events.size());
         // An event whose target cannot be built is refused alone; the others still go.
-        std::vector<std::exception_ptr> failures(events.size());
+        std::vector<DeliveryResult> results(events.size());
         std::vector<std::size_t> sent;
         sent.reserve(events.size());
         for (std::size_t i = 0; i < events.size(); ++i) {
@@ -105,30 +105,27 @@ class RoutingRegistry final : public ListenerRegistry {
             requests.push_back({events[i], expand_target(target, *events[i])});
             sent.push_back(i);
           } catch (const std::invalid_argument& e) {
-            failures[i] =
-                std::make_exception_ptr(PermanentFailure(std::string("target: ") + e.what()));
+            results[i] = DeliveryResult::permanent(std::string("target: ") + e.what());
           }
         }
         if (requests.empty()) {
-          return failures;
+          return results;
         }
         const auto start = std::chrono::steady_clock::now();
-        auto results = publisher->publish(requests);
+        const auto published = publisher->publish(requests);
         const auto elapsed = std::chrono::steady_clock::now() - start;
         for (std::size_t k = 0; k < sent.size(); ++k) {
-          const auto result = k < results.size()
-                                  ? results[k]
+          const auto result = k < published.size()
+                                  ? published[k]
                                   : PublishResult::retriable("publisher returned no result");
           metrics->record_publish(name, result.kind, elapsed);
-          failures[sent[k]] = to_failure(result);
+          results[sent[k]] = to_delivery(result);
         }
-        return failures;
+        return results;
       };
-      singles_.push_back(std::make_shared<const EventListener>([publish](const EventEnvelope& e) {
+      singles_.push_back(std::make_shared<const ResultListener>([publish](const EventEnvelope& e) {
         const EventEnvelope* one = &e;
-        if (auto failure = publish(std::span(&one, 1)).at(0)) {
-          std::rethrow_exception(failure);
-        }
+        return publish(std::span(&one, 1)).at(0);
       }));
       const bool batches = takes_batches(
           *std::find_if(config.publishers.begin(), config.publishers.end(),
@@ -137,8 +134,13 @@ class RoutingRegistry final : public ListenerRegistry {
     }
   }
 
-  std::shared_ptr<const EventListener> listener_for(std::string_view aggregate_type,
-                                                    std::string_view event_type) const override {
+  // Every routed event has a result listener; none matches an unrouted one (→ unroutable).
+  std::shared_ptr<const EventListener> listener_for(std::string_view,
+                                                    std::string_view) const override {
+    return nullptr;
+  }
+  std::shared_ptr<const ResultListener> result_listener_for(
+      std::string_view aggregate_type, std::string_view event_type) const override {
     const auto index = router_.match(aggregate_type, event_type);
     return index ? singles_[*index] : nullptr;
   }
@@ -151,7 +153,7 @@ class RoutingRegistry final : public ListenerRegistry {
  private:
   Router router_;
   // One entry per route, in the same order.
-  std::vector<std::shared_ptr<const EventListener>> singles_;
+  std::vector<std::shared_ptr<const ResultListener>> singles_;
   std::vector<std::shared_ptr<const BatchEventListener>> batches_;
 };
 

@@ -1,0 +1,65 @@
+#include "outbox/dispatcher_writer_hook.hpp"
+
+#include "outbox/dispatcher.hpp"
+#include "outbox/log.hpp"
+#include "outbox/metrics.hpp"
+
+namespace outbox {
+
+DispatcherWriterHook::DispatcherWriterHook(OutboxDispatcher& dispatcher,
+                                           std::shared_ptr<MetricsExporter> metrics,
+                                           std::string lock_owner)
+    : dispatcher_(dispatcher),
+      metrics_(metrics ? std::move(metrics) : MetricsExporter::noop()),
+      lock_owner_(std::move(lock_owner)) {}
+
+namespace {
+// Delayed events go to the poller. Decided from the envelope alone so that after_write and
+// after_commit always agree on which events were reserved.
+bool takes_hot_path(const EventEnvelope& e) {
+  return !e.available_at() || *e.available_at() <= e.occurred_at();
+}
+}  // namespace
+
+namespace {
+// When the current thread's write began: the database stamps the claim when the insert statement
+// starts, which may be long before it returns (a lock wait, a large batch), so the lease is counted
+// from before the statement was sent.
+thread_local std::chrono::steady_clock::time_point tls_write_began;
+}  // namespace
+
+std::vector<EventEnvelope> DispatcherWriterHook::before_write(std::vector<EventEnvelope> events) {
+  tls_write_began = std::chrono::steady_clock::now();
+  return events;
+}
+
+void DispatcherWriterHook::after_write(const std::vector<EventEnvelope>& events) {
+  for (const auto& e : events) {
+    if (takes_hot_path(e)) {
+      dispatcher_.reserve(e.event_id(), tls_write_began);
+    }
+  }
+}
+
+void DispatcherWriterHook::after_commit(const std::vector<EventEnvelope>& events) {
+  for (const auto& e : events) {
+    if (!takes_hot_path(e)) {
+      continue;
+    }
+    if (!dispatcher_.enqueue_hot(QueuedEvent{e, QueuedEvent::Source::Hot, 0}, true)) {
+      metrics_->increment_hot_dropped();
+      log(LogLevel::Warning,
+          "hot queue full or closed; event " + e.event_id() + " left for the poller");
+    }
+  }
+}
+
+void DispatcherWriterHook::after_rollback(const std::vector<EventEnvelope>& events) {
+  for (const auto& e : events) {
+    if (takes_hot_path(e)) {
+      dispatcher_.release_reservation(e.event_id());
+    }
+  }
+}
+
+}  // namespace outbox

@@ -1,0 +1,108 @@
+#include "outbox/internal/done_flusher.hpp"
+
+#include "outbox/errors.hpp"
+#include "outbox/log.hpp"
+#include "outbox/metrics.hpp"
+#include "outbox/sql/connection.hpp"
+#include "outbox/store.hpp"
+
+namespace outbox::internal {
+
+DoneFlusher::DoneFlusher(Options options, OnBatch on_batch)
+    : options_(std::move(options)), on_batch_(std::move(on_batch)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+DoneFlusher::~DoneFlusher() {
+  stop();
+}
+
+void DoneFlusher::add(std::string event_id) {
+  bool wake;
+  {
+    std::lock_guard lock(mutex_);
+    if (pending_.empty()) {
+      first_at_ = std::chrono::steady_clock::now();
+    }
+    pending_.push_back(std::move(event_id));
+    // Wake the flusher for the first id of a window (it then sleeps until the window ends) and
+    // when the batch is full.
+    wake = pending_.size() == 1 || pending_.size() >= options_.max;
+  }
+  if (wake) {
+    ready_.notify_one();
+  }
+}
+
+void DoneFlusher::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  ready_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();  // it writes every mark still waiting before it stops
+  }
+}
+
+void DoneFlusher::loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    ready_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+    if (pending_.empty()) {
+      return;  // stopping with nothing left to write
+    }
+    // Gather for the rest of the window, unless the batch fills up or the dispatcher closes.
+    ready_.wait_until(lock, first_at_ + options_.window,
+                      [&] { return stop_ || pending_.size() >= options_.max; });
+    std::vector<std::string> batch;
+    if (pending_.size() <= options_.max) {
+      batch.swap(pending_);
+    } else {
+      const auto end = pending_.begin() + static_cast<long>(options_.max);
+      batch.assign(std::make_move_iterator(pending_.begin()), std::make_move_iterator(end));
+      pending_.erase(pending_.begin(), end);
+    }
+    lock.unlock();
+    on_batch_(batch, write(batch));
+    lock.lock();
+  }
+}
+
+bool DoneFlusher::write(const std::vector<std::string>& batch) {
+  try {
+    auto conn = options_.provider->acquire();
+    // A deadlock or serialization failure is transient: a batch not written means every event
+    // in it is delivered again, so it is worth two more tries on a healthy connection.
+    for (int attempt = 1;; ++attempt) {
+      try {
+        const int marked = options_.store->mark_done_batch(*conn, batch, options_.clock->now(),
+                                                           options_.claim_owner);
+        if (!options_.claim_owner.empty() && marked < static_cast<int>(batch.size())) {
+          // Rows another node claimed meanwhile (this node's lease ran out while it worked):
+          // that node delivers them too.
+          log(LogLevel::Warning,
+              "OutboxDispatcher: " +
+                  std::to_string(batch.size() - static_cast<std::size_t>(marked)) +
+                  " delivered events were no longer pending under the claim of " +
+                  options_.claim_owner + " when marked DONE");
+        }
+        return true;
+      } catch (const StoreError& e) {
+        const bool transient = e.sqlstate() == "40P01" || e.sqlstate() == "40001";
+        if (attempt >= 3 || !transient || conn->is_broken()) {
+          throw;
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      options_.metrics->increment_status_update_failure();
+    }
+    log(LogLevel::Error, "OutboxDispatcher: could not mark " + std::to_string(batch.size()) +
+                             " events DONE (the poller will deliver them again): " + e.what());
+    return false;
+  }
+}
+
+}  // namespace outbox::internal

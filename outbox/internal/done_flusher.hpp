@@ -1,0 +1,66 @@
+#pragma once
+// The thread that writes DONE marks in batches: one UPDATE per window (or as soon as a batch is
+// full), so a workload pays one status commit per window instead of one per event.
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "outbox/clock.hpp"
+
+namespace outbox {
+class OutboxStore;
+class MetricsExporter;
+namespace sql {
+class ConnectionProvider;
+}  // namespace sql
+}  // namespace outbox
+
+namespace outbox::internal {
+
+class DoneFlusher {
+ public:
+  struct Options {
+    std::shared_ptr<sql::ConnectionProvider> provider;
+    std::shared_ptr<OutboxStore> store;
+    std::shared_ptr<Clock> clock;
+    std::shared_ptr<MetricsExporter> metrics;
+    std::string claim_owner;  ///< marks only rows this owner still holds (empty: any)
+    std::chrono::microseconds window{10000};
+    std::size_t max = 256;
+  };
+  /// Called on the flusher thread after each batch with its ids and whether they were written.
+  using OnBatch = std::function<void(const std::vector<std::string>& ids, bool written)>;
+
+  /// Starts the thread.
+  DoneFlusher(Options options, OnBatch on_batch);
+  /// Calls stop().
+  ~DoneFlusher();
+  DoneFlusher(const DoneFlusher&) = delete;
+  DoneFlusher& operator=(const DoneFlusher&) = delete;
+
+  /// Queues a DONE mark.
+  void add(std::string event_id);
+  /// Writes every mark still waiting and stops the thread. Idempotent.
+  void stop();
+
+ private:
+  void loop();
+  bool write(const std::vector<std::string>& batch);
+
+  Options options_;
+  OnBatch on_batch_;
+  std::mutex mutex_;  // guards pending_, first_at_, stop_
+  std::condition_variable ready_;
+  std::vector<std::string> pending_;
+  std::chrono::steady_clock::time_point first_at_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace outbox::internal
