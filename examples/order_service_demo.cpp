@@ -245,7 +245,7 @@ int run(const std::string& path) {
   std::printf("   %zu DEAD after %d attempts in all; last_error: \"%s\"\n", dead_rows.size(),
               payment_attempts.load(), dead_rows.empty() ? "" : dead_rows[0].last_error->c_str());
   gateway_up = true;
-  const int replayed = dead.replay_all(std::string_view("PaymentRequested"), std::nullopt);
+  const int replayed = dead.replay_all(std::string_view("PaymentRequested"), std::nullopt).replayed;
   if (!wait_for([&] { return done_count() == 5005; })) {
     std::printf("   FAILED: replayed payments were not delivered\n");
     return 1;

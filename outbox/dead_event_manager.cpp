@@ -1,8 +1,9 @@
 #include "outbox/dead_event_manager.hpp"
 
+#include <limits>
 #include <stdexcept>
+#include <string>
 
-#include "outbox/log.hpp"
 #include "outbox/sql/connection.hpp"
 
 namespace outbox {
@@ -20,59 +21,52 @@ DeadEventManager::DeadEventManager(std::shared_ptr<sql::ConnectionProvider> prov
 
 std::vector<OutboxEvent> DeadEventManager::query(std::optional<std::string_view> event_type,
                                                  std::optional<std::string_view> aggregate_type,
-                                                 int limit) {
-  try {
-    auto conn = provider_->acquire();
-    return store_->query_dead(*conn, event_type, aggregate_type, limit);
-  } catch (const std::exception& e) {
-    log(LogLevel::Error, std::string("DeadEventManager::query failed: ") + e.what());
-    return {};
-  }
+                                                 int limit, bool with_payloads) {
+  auto conn = provider_->acquire();
+  return store_->query_dead(*conn, event_type, aggregate_type, limit, with_payloads);
 }
 
 bool DeadEventManager::replay(std::string_view event_id) {
-  try {
-    auto conn = provider_->acquire();
-    return store_->replay_dead(*conn, event_id, clock_->now()) > 0;
-  } catch (const std::exception& e) {
-    log(LogLevel::Error, std::string("DeadEventManager::replay failed: ") + e.what());
-    return false;
-  }
+  auto conn = provider_->acquire();
+  return store_->replay_dead(*conn, event_id, clock_->now()) > 0;
 }
 
-int DeadEventManager::replay_all(std::optional<std::string_view> event_type,
-                                 std::optional<std::string_view> aggregate_type, int batch_size) {
-  if (batch_size < 1) {
-    throw std::invalid_argument("DeadEventManager::replay_all: batch_size must be >= 1");
+DeadEventManager::ReplayAllResult DeadEventManager::replay_all(
+    std::optional<std::string_view> event_type, std::optional<std::string_view> aggregate_type,
+    int limit) {
+  if (limit < 1) {
+    throw std::invalid_argument("DeadEventManager::replay_all: limit must be >= 1");
   }
-  int total = 0;
-  try {
-    auto conn = provider_->acquire();
-    for (;;) {
-      auto batch = store_->query_dead(*conn, event_type, aggregate_type, batch_size);
-      int replayed = 0;
-      for (const auto& e : batch) {
-        replayed += store_->replay_dead(*conn, e.event_id, clock_->now());
-      }
-      total += replayed;
-      if (static_cast<int>(batch.size()) < batch_size || replayed == 0) {
-        break;
-      }
+  auto conn = provider_->acquire();
+  // The list is taken once: re-querying after each pass would find the events a running relay
+  // has just sent DEAD again and replay them over and over.
+  std::vector<std::string> ids;
+  {
+    const int fetch = limit < std::numeric_limits<int>::max() ? limit + 1 : limit;
+    const auto rows = store_->query_dead(*conn, event_type, aggregate_type, fetch, false);
+    ids.reserve(rows.size());
+    for (const auto& row : rows) {
+      ids.push_back(row.event_id);
     }
-  } catch (const std::exception& e) {
-    log(LogLevel::Error, std::string("DeadEventManager::replay_all failed: ") + e.what());
   }
-  return total;
+  ReplayAllResult result;
+  if (ids.size() > static_cast<std::size_t>(limit)) {
+    ids.resize(static_cast<std::size_t>(limit));
+    result.more = true;
+  }
+  for (const auto& id : ids) {
+    if (store_->replay_dead(*conn, id, clock_->now()) > 0) {
+      ++result.replayed;
+    } else {
+      ++result.skipped;
+    }
+  }
+  return result;
 }
 
 int DeadEventManager::count(std::optional<std::string_view> event_type) {
-  try {
-    auto conn = provider_->acquire();
-    return store_->count_dead(*conn, event_type);
-  } catch (const std::exception& e) {
-    log(LogLevel::Error, std::string("DeadEventManager::count failed: ") + e.what());
-    return 0;
-  }
+  auto conn = provider_->acquire();
+  return store_->count_dead(*conn, event_type);
 }
 
 }  // namespace outbox

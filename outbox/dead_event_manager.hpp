@@ -15,23 +15,40 @@ namespace sql {
 class ConnectionProvider;
 }
 
-/// Queries, counts and replays DEAD events. Database errors are logged and reported as the empty
-/// result, never thrown. Thread-safe.
+/// Queries, counts and replays DEAD events, each call on a connection of its own from the
+/// provider. Database failures throw outbox::StoreError (or a subclass), never an empty result.
+/// Thread-safe.
 class DeadEventManager {
  public:
+  /// What replay_all() did.
+  struct ReplayAllResult {
+    int replayed = 0;   ///< DEAD → NEW
+    int skipped = 0;    ///< in the list but no longer DEAD when their turn came
+    bool more = false;  ///< the list was capped at the limit: run again for the rest
+  };
+  /// The most DEAD rows one replay_all() takes by default.
+  static constexpr int kReplayAllLimit = 100000;
+
   /// Throws std::invalid_argument on a null provider or store.
   DeadEventManager(std::shared_ptr<sql::ConnectionProvider> provider,
                    std::shared_ptr<OutboxStore> store,
                    std::shared_ptr<Clock> clock = Clock::system());
-  /// Dead events, optionally filtered, oldest first (empty on failure).
+  /// At most `limit` dead events, optionally filtered, oldest first; with `with_payloads` false
+  /// the payloads are not read (left empty). Throws StoreError.
   std::vector<OutboxEvent> query(std::optional<std::string_view> event_type,
-                                 std::optional<std::string_view> aggregate_type, int limit);
-  /// Resets one DEAD event to NEW; false if it was not DEAD or on failure.
+                                 std::optional<std::string_view> aggregate_type, int limit,
+                                 bool with_payloads = true);
+  /// Resets one DEAD event to NEW (attempts 0, due now); false if no DEAD event has that id.
+  /// Throws StoreError.
   bool replay(std::string_view event_id);
-  /// Replays every matching dead event in batches; returns how many (so far, on failure).
-  int replay_all(std::optional<std::string_view> event_type,
-                 std::optional<std::string_view> aggregate_type, int batch_size = 100);
-  /// Number of dead events (0 on failure).
+  /// Takes the ids of at most `limit` matching DEAD events once, then replays each at most once:
+  /// events a running relay sends DEAD again meanwhile are not replayed again by this call.
+  /// Throws std::invalid_argument if `limit` < 1, StoreError on database failure (the events
+  /// replayed before it stay replayed).
+  ReplayAllResult replay_all(std::optional<std::string_view> event_type,
+                             std::optional<std::string_view> aggregate_type,
+                             int limit = kReplayAllLimit);
+  /// Number of dead events, optionally of one type. Throws StoreError.
   int count(std::optional<std::string_view> event_type = std::nullopt);
 
  private:

@@ -62,4 +62,9 @@ void DispatcherWriterHook::after_rollback(const std::vector<EventEnvelope>& even
   }
 }
 
+void DispatcherWriterHook::after_unknown_outcome(const std::vector<EventEnvelope>& events) {
+  // A reservation kept would keep this node's poller from delivering a row that was committed.
+  after_rollback(events);
+}
+
 }  // namespace outbox

@@ -29,6 +29,8 @@ class DispatcherWriterHook final : public WriterHook {
   void after_write(const std::vector<EventEnvelope>& events) override;
   void after_commit(const std::vector<EventEnvelope>& events) override;
   void after_rollback(const std::vector<EventEnvelope>& events) override;
+  /// Releases the reservations and enqueues nothing: the poller delivers the rows that exist.
+  void after_unknown_outcome(const std::vector<EventEnvelope>& events) override;
 
  private:
   OutboxDispatcher& dispatcher_;

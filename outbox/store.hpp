@@ -89,7 +89,8 @@ class OutboxStore {
   /// Inserts one NEW row. With a `lock_owner`, the row is born claimed by it (locked_at = the
   /// insert time: the server's clock, or the system clock; never the envelope's occurred_at), so
   /// other nodes' pollers leave it to the writer's hot path until the lock expires. Throws
-  /// StoreError (e.g. duplicate event id).
+  /// UniqueViolationError for an event id already stored (OutboxWriter reports it as
+  /// DuplicateEventError), StoreError on other failures.
   virtual void insert_new(sql::Connection& conn, const EventEnvelope& event,
                           std::string_view lock_owner = {}) = 0;
   /// Inserts NEW rows in as few statements as the engine allows (lock_owner as insert_new).

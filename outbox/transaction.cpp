@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "outbox/errors.hpp"
 #include "outbox/log.hpp"
 
 namespace outbox {
@@ -89,17 +90,37 @@ void ThreadLocalTxContext::after_rollback(std::function<void()> callback) {
   f->on_rollback.push_back(std::move(callback));
 }
 
-void ThreadLocalTxContext::Frame::end_savepoints() noexcept {
+void ThreadLocalTxContext::after_unknown_outcome(std::function<void()> callback) {
+  Frame* f = frame();
+  if (f == nullptr) {
+    throw std::logic_error("after_unknown_outcome: no active transaction on this thread");
+  }
+  f->on_unknown.push_back(std::move(callback));
+}
+
+void ThreadLocalTxContext::Frame::end(Outcome outcome) noexcept {
   for (auto& mark : savepoints) {
     mark.savepoint->frame_ = nullptr;
   }
   savepoints.clear();
+  switch (outcome) {
+    case Outcome::Committed:
+      run_callbacks(on_commit, "after-commit");
+      break;
+    case Outcome::RolledBack:
+      run_callbacks(on_rollback, "after-rollback");
+      break;
+    case Outcome::Unknown:
+      run_callbacks(on_unknown, "after-unknown-outcome");
+      break;
+  }
 }
 
 Savepoint::Savepoint(ThreadLocalTxContext::Frame& frame)
     : frame_(&frame), name_("outbox_sp_" + std::to_string(++frame.savepoint_names)) {
   run(*frame.connection, "SAVEPOINT " + name_);
-  frame.savepoints.push_back({this, frame.on_commit.size(), frame.on_rollback.size()});
+  frame.savepoints.push_back(
+      {this, frame.on_commit.size(), frame.on_rollback.size(), frame.on_unknown.size()});
 }
 
 Savepoint::Savepoint(Savepoint&& other) noexcept
@@ -154,6 +175,7 @@ void Savepoint::rollback() {
       std::make_move_iterator(frame->on_rollback.end()));
   frame->on_rollback.resize(mark.rollbacks);
   frame->on_commit.resize(mark.commits);
+  frame->on_unknown.resize(mark.unknowns);
   run_callbacks(undone, "after-rollback");
   run(*frame->connection, "RELEASE SAVEPOINT " + name_);
 }
@@ -202,12 +224,16 @@ Transaction::Transaction(Transaction&& other) noexcept
 Transaction::~Transaction() {
   if (active_) {
     try {
-      conn_->rollback();
+      if (conn_->is_broken()) {
+        conn_.mark_broken();  // the server rolled back what the lost session held
+      } else {
+        conn_->rollback();
+      }
     } catch (const std::exception& e) {
       log(LogLevel::Warning, std::string("rollback in ~Transaction failed: ") + e.what());
       conn_.mark_broken();
     }
-    finish(false);
+    finish(ThreadLocalTxContext::Frame::Outcome::RolledBack);
   }
 }
 
@@ -222,21 +248,28 @@ void Transaction::commit() {
   if (!active_) {
     throw std::logic_error("commit: transaction is finished");
   }
+  using Outcome = ThreadLocalTxContext::Frame::Outcome;
   try {
     conn_->commit();
+  } catch (const CommitOutcomeUnknownError&) {
+    // Neither outcome may be assumed: after-rollback would forget rows that may be committed,
+    // after-commit would deliver rows that may not exist.
+    conn_.mark_broken();
+    finish(Outcome::Unknown);
+    throw;
   } catch (...) {
     try {
-      if (conn_->in_transaction()) {
+      if (!conn_->is_broken() && conn_->in_transaction()) {
         conn_->rollback();
       }
     } catch (const std::exception& e) {
       log(LogLevel::Warning, std::string("rollback after failed commit failed: ") + e.what());
       conn_.mark_broken();
     }
-    finish(false);
+    finish(Outcome::RolledBack);
     throw;
   }
-  finish(true);
+  finish(Outcome::Committed);
 }
 
 void Transaction::rollback() {
@@ -244,22 +277,24 @@ void Transaction::rollback() {
     throw std::logic_error("rollback: transaction is finished");
   }
   try {
-    conn_->rollback();
+    if (conn_->is_broken()) {
+      conn_.mark_broken();  // the server rolled back what the lost session held
+    } else {
+      conn_->rollback();
+    }
   } catch (...) {
     conn_.mark_broken();
-    finish(false);
+    finish(ThreadLocalTxContext::Frame::Outcome::RolledBack);
     throw;
   }
-  finish(false);
+  finish(ThreadLocalTxContext::Frame::Outcome::RolledBack);
 }
 
-void Transaction::finish(bool committed) noexcept {
+void Transaction::finish(ThreadLocalTxContext::Frame::Outcome outcome) noexcept {
   active_ = false;
   context_->unbind();
-  auto frame = std::move(frame_);
-  frame->end_savepoints();
-  run_callbacks(committed ? frame->on_commit : frame->on_rollback,
-                committed ? "after-commit" : "after-rollback");
+  const auto frame = std::move(frame_);
+  frame->end(outcome);
 }
 
 ExternalTransaction::ExternalTransaction(ThreadLocalTxContext& context, sql::Connection& connection)
@@ -272,30 +307,36 @@ ExternalTransaction::~ExternalTransaction() {
   if (frame_) {
     log(LogLevel::Warning,
         "ExternalTransaction ended without committed()/rolled_back(): assuming a rollback");
-    finish(false);
+    finish(ThreadLocalTxContext::Frame::Outcome::RolledBack);
   }
+}
+
+sql::Connection& ExternalTransaction::connection() const {
+  if (!frame_) {
+    throw std::logic_error("ExternalTransaction: outcome already reported");
+  }
+  return *frame_->connection;
 }
 
 void ExternalTransaction::committed() {
-  if (!frame_) {
-    throw std::logic_error("ExternalTransaction: outcome already reported");
-  }
-  finish(true);
+  finish(ThreadLocalTxContext::Frame::Outcome::Committed);
 }
 
 void ExternalTransaction::rolled_back() {
+  finish(ThreadLocalTxContext::Frame::Outcome::RolledBack);
+}
+
+void ExternalTransaction::outcome_unknown() {
+  finish(ThreadLocalTxContext::Frame::Outcome::Unknown);
+}
+
+void ExternalTransaction::finish(ThreadLocalTxContext::Frame::Outcome outcome) {
   if (!frame_) {
     throw std::logic_error("ExternalTransaction: outcome already reported");
   }
-  finish(false);
-}
-
-void ExternalTransaction::finish(bool committed) {
   context_->unbind();
-  auto frame = std::move(frame_);
-  frame->end_savepoints();
-  run_callbacks(committed ? frame->on_commit : frame->on_rollback,
-                committed ? "after-commit" : "after-rollback");
+  const auto frame = std::move(frame_);
+  frame->end(outcome);
 }
 
 TransactionManager::TransactionManager(std::shared_ptr<sql::ConnectionProvider> provider,

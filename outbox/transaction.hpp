@@ -28,6 +28,7 @@ class ThreadLocalTxContext final : public TxContext {
   sql::Connection& current_connection() const override;
   void after_commit(std::function<void()> callback) override;
   void after_rollback(std::function<void()> callback) override;
+  void after_unknown_outcome(std::function<void()> callback) override;
 
  private:
   friend class Transaction;
@@ -37,16 +38,20 @@ class ThreadLocalTxContext final : public TxContext {
     sql::Connection* connection = nullptr;
     std::vector<std::function<void()>> on_commit;
     std::vector<std::function<void()>> on_rollback;
+    std::vector<std::function<void()>> on_unknown;
     // Open savepoints, outermost first, with the callback counts when each began.
     struct Mark {
       Savepoint* savepoint;
       std::size_t commits;
       std::size_t rollbacks;
+      std::size_t unknowns;
     };
     std::vector<Mark> savepoints;
     std::size_t savepoint_names = 0;  // names are never reused within a transaction
-    /// Detaches the open savepoints: the transaction is over.
-    void end_savepoints() noexcept;
+    /// How the transaction ended, for the callbacks.
+    enum class Outcome { Committed, RolledBack, Unknown };
+    /// Detaches the open savepoints and runs the callbacks of `outcome`: the transaction is over.
+    void end(Outcome outcome) noexcept;
   };
   Frame* frame() const;
   void bind(Frame* frame);
@@ -65,11 +70,22 @@ class Transaction {
 
   /// The transaction's connection, for the business statements.
   sql::Connection& connection() const;
-  /// Commits, then runs after-commit callbacks (their exceptions are logged, not thrown). If the
-  /// commit fails, rolls back, runs after-rollback callbacks and rethrows the StoreError.
-  /// Throws std::logic_error if the transaction is already finished.
+  /// Commits, then runs after-commit callbacks (their exceptions are logged, not thrown). Throws
+  /// std::logic_error if the transaction is already finished. After a failure it is finished too:
+  /// - CommitOutcomeUnknownError: the COMMIT's answer was lost and it may have committed. Neither
+  ///   after-commit nor after-rollback callbacks run, the after-unknown-outcome ones do (the
+  ///   writer's hand nothing to the hot path: the poller delivers the events whose rows exist).
+  ///   The connection is discarded.
+  /// - ConnectionLostError: nothing was committed; after-rollback callbacks run; the connection
+  ///   is discarded.
+  /// - any other StoreError: this COMMIT committed nothing (what an implicit commit, such as
+  ///   MariaDB's DDL, committed before stays committed); the transaction is rolled back if still
+  ///   open, after-rollback callbacks run and the connection goes back to its pool.
   void commit();
-  /// Rolls back and runs after-rollback callbacks. Throws std::logic_error if already finished.
+  /// Rolls back and runs after-rollback callbacks. After a ConnectionLostError there is nothing
+  /// left to roll back (the server did) and it returns normally. If the ROLLBACK fails it throws
+  /// StoreError after the callbacks ran; the connection is discarded. Throws std::logic_error if
+  /// already finished.
   void rollback();
   /// True until commit() or rollback().
   bool active() const noexcept { return active_; }
@@ -80,7 +96,7 @@ class Transaction {
  private:
   friend class TransactionManager;
   Transaction(sql::PooledConnection conn, ThreadLocalTxContext& context);
-  void finish(bool committed) noexcept;
+  void finish(ThreadLocalTxContext::Frame::Outcome outcome) noexcept;
 
   sql::PooledConnection conn_;
   ThreadLocalTxContext* context_;
@@ -104,28 +120,34 @@ class ExternalTransaction {
   ExternalTransaction(ExternalTransaction&&) = delete;
   ExternalTransaction& operator=(ExternalTransaction&&) = delete;
   ~ExternalTransaction();
+  /// The bound connection. Throws std::logic_error once the outcome is reported.
+  sql::Connection& connection() const;
   /// The caller committed: runs after-commit callbacks (the hot path). Throws std::logic_error if
   /// already reported.
   void committed();
   /// The caller rolled back: runs after-rollback callbacks. Throws std::logic_error likewise.
   void rolled_back();
+  /// The caller's COMMIT got no answer (the connection died meanwhile; libpqxx: in_doubt_error):
+  /// runs the after-unknown-outcome callbacks only, so the hot path hands nothing over and the
+  /// poller delivers the events whose rows were committed. Throws std::logic_error likewise.
+  void outcome_unknown();
   /// Opens a savepoint on the bound connection (see Savepoint): prefer it to a SAVEPOINT of your
   /// own around outbox writes. Throws std::logic_error once reported, StoreError on failure.
   Savepoint savepoint();
 
  private:
-  void finish(bool committed);
+  void finish(ThreadLocalTxContext::Frame::Outcome outcome);
   ThreadLocalTxContext* context_;
   std::unique_ptr<ThreadLocalTxContext::Frame> frame_;
 };
 
 /// A SQL savepoint that keeps the outbox in step with the rows: rolled back, the events written
 /// since it began are forgotten by the hot path too (their after-rollback callbacks run, their
-/// after-commit callbacks are dropped), so an event whose row was undone is never delivered.
-/// A SAVEPOINT run as plain SQL instead makes OutboxWriter check after commit that each event's
-/// row exists (see sql::Connection::transaction_suspect). Savepoints nest; end them innermost
-/// first. Without release() or rollback() the destructor rolls back. Move-only; use on the thread
-/// of its transaction.
+/// after-commit and after-unknown-outcome callbacks are dropped), so an event whose row was undone
+/// is never delivered. A SAVEPOINT run as plain SQL instead makes OutboxWriter check after commit
+/// that each event's row exists (see sql::Connection::transaction_suspect). Savepoints nest; end
+/// them innermost first. Without release() or rollback() the destructor rolls back. Move-only; use
+/// on the thread of its transaction.
 class Savepoint {
  public:
   Savepoint(Savepoint&& other) noexcept;

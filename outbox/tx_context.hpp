@@ -20,6 +20,10 @@ class TxContext {
   virtual void after_commit(std::function<void()> callback) = 0;
   /// Runs `callback` after a rollback (or a failed commit). Throws std::logic_error likewise.
   virtual void after_rollback(std::function<void()> callback) = 0;
+  /// Runs `callback` instead of either list when the commit's outcome is unknown
+  /// (CommitOutcomeUnknownError). A context that never reports such an outcome may drop it, as
+  /// this default does.
+  virtual void after_unknown_outcome(std::function<void()> /*callback*/) {}
 };
 
 }  // namespace outbox

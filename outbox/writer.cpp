@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "outbox/errors.hpp"
 #include "outbox/log.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/store.hpp"
@@ -85,10 +86,21 @@ std::vector<std::string> OutboxWriter::write_all(std::vector<EventEnvelope> even
   }
   auto& conn = tx_context_->current_connection();
   const std::string_view owner = hook_ ? hook_->lock_owner() : std::string_view();
-  if (events.size() == 1) {
-    store_->insert_new(conn, events.front(), owner);
-  } else {
-    store_->insert_batch(conn, events, owner);
+  try {
+    if (events.size() == 1) {
+      store_->insert_new(conn, events.front(), owner);
+    } else {
+      store_->insert_batch(conn, events, owner);
+    }
+  } catch (const UniqueViolationError& e) {
+    // Tagged here, not in the drivers: the outbox insert is the statement, and event_id is the
+    // table's only unique key, whereas the same error from a business statement is the caller's.
+    throw DuplicateEventError(
+        (events.size() == 1
+             ? "duplicate event id " + events.front().event_id()
+             : std::string("duplicate event id in a batch of ") + std::to_string(events.size())) +
+            ": " + e.what(),
+        e);
   }
   std::vector<std::string> ids;
   ids.reserve(events.size());
@@ -115,6 +127,9 @@ std::vector<std::string> OutboxWriter::write_all(std::vector<EventEnvelope> even
     });
     tx_context_->after_rollback([hook = hook_, shared] {
       guarded("after_rollback", [&] { hook->after_rollback(*shared); });
+    });
+    tx_context_->after_unknown_outcome([hook = hook_, shared] {
+      guarded("after_unknown_outcome", [&] { hook->after_unknown_outcome(*shared); });
     });
   }
   return ids;

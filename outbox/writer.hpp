@@ -28,6 +28,10 @@ class WriterHook {
   virtual void after_commit(const std::vector<EventEnvelope>&) {}
   /// After a rollback. Exceptions are logged and swallowed.
   virtual void after_rollback(const std::vector<EventEnvelope>&) {}
+  /// After a commit whose outcome is unknown (CommitOutcomeUnknownError): the rows may or may not
+  /// exist, so nothing may be delivered from here; the poller delivers the ones that were
+  /// committed. Exceptions are logged and swallowed.
+  virtual void after_unknown_outcome(const std::vector<EventEnvelope>&) {}
   /// Non-empty: rows are inserted already claimed by this owner (multi-node hot path).
   virtual std::string_view lock_owner() const { return {}; }
 };
@@ -41,14 +45,23 @@ class OutboxWriter {
                std::shared_ptr<WriterHook> hook = {});
 
   /// Inserts one event; returns its id, or nullopt when the hook suppressed it. Throws
-  /// std::logic_error with no active transaction, outbox::StoreError when the insert fails. After
-  /// commit, events whose rows a plain-SQL savepoint or ROLLBACK undid do not reach the hook's
-  /// after_commit (they get after_rollback).
+  /// std::logic_error with no active transaction. A failed insert wrote nothing and left no
+  /// callback; it throws
+  /// - DuplicateEventError: the event id is in the table already. PostgreSQL: the transaction is
+  ///   aborted and can only be rolled back; MariaDB, SQLite: it goes on and may commit.
+  /// - ConnectionLostError: the transaction is gone (the server rolled it back) and the connection
+  ///   unusable; roll back (the after-rollback callbacks run) and retry on a new transaction.
+  /// - StoreError otherwise: transaction_usable() says whether the transaction may go on.
+  /// After commit, events whose rows a plain-SQL savepoint or ROLLBACK undid do not reach the
+  /// hook's after_commit (they get after_rollback); after a CommitOutcomeUnknownError the hook
+  /// gets after_unknown_outcome and nothing goes to the hot path.
   std::optional<std::string> write(const EventEnvelope& event);
   /// Shorthand for write(EventEnvelope::of_json(type, payload_json)).
   std::optional<std::string> write(EventType type, std::string payload_json);
   /// Inserts all events (one multi-row insert where possible) with one after-commit callback;
-  /// returns their ids (empty when suppressed). Throws like write().
+  /// returns their ids (empty when suppressed). Throws like write(); a batch too large for one
+  /// statement (500 rows; MariaDB: its packet limit) is several, and on MariaDB and SQLite those
+  /// before the failing one stay in the transaction (the poller delivers them if it commits).
   std::vector<std::string> write_all(std::vector<EventEnvelope> events);
 
  private:

@@ -10,6 +10,7 @@
 #include <functional>
 #include <pqxx/pqxx>
 
+#include "outbox/errors.hpp"
 #include "outbox/listener.hpp"
 #include "outbox/mysql/driver.hpp"
 #include "outbox/mysql/store.hpp"
@@ -198,6 +199,83 @@ TEST(CallerOwnedTransaction, LibpqxxWork) {
   pqxx::work cleanup(c);
   cleanup.exec("DROP TABLE " + business + ", " + table);
   cleanup.commit();
+}
+
+// libpqxx's failures come out typed, and pqxx_adapter::commit reports the real outcome: after a
+// duplicate event id the aborted transaction is not "committed" (libpqxx would take PostgreSQL's
+// ROLLBACK answer for success), a session the server killed is a lost connection, and a COMMIT
+// whose answer was lost (in_doubt_error) delivers nothing. Only the event committed normally is.
+TEST(CallerOwnedTransaction, ErrorsOfALibpqxxWork) {
+  auto url = testing::env("OUTBOX_TEST_PG_URL");
+  OUTBOX_REQUIRE_SERVER(url, "PostgreSQL");
+  const auto table = testing::unique_table("caller_pqxx_errors");
+  auto pool = postgres::make_pool(*url, 2);
+  postgres::create_schema(*pool->acquire(), table);
+  auto store = std::make_shared<postgres::PostgresOutboxStore>(
+      postgres::PostgresOutboxStore::Options{.table = table});
+  std::atomic<int> delivered{0};
+  auto listeners = std::make_shared<DefaultListenerRegistry>();
+  listeners->register_listener(EventType::of("Paid"), [&](const EventEnvelope&) { ++delivered; });
+  auto context = std::make_shared<ThreadLocalTxContext>();
+  auto ob = Outbox::single_node({.connection_provider = pool,
+                                 .tx_context = context,
+                                 .store = store,
+                                 .listeners = listeners,
+                                 .poll_interval = 1h});
+  auto paid = [](const std::string& id) {
+    return EventEnvelope::builder(EventType::of("Paid")).event_id(id).payload_json("{}").build();
+  };
+  auto kill = [&](pqxx::connection& c) {
+    const auto pid = std::to_string(c.backendpid());
+    auto killer = pool->acquire();
+    killer->query("SELECT pg_terminate_backend(" + pid + ")");
+    ASSERT_TRUE(testing::wait_until([&] {
+      return killer->query("SELECT count(*) FROM pg_stat_activity WHERE pid = " + pid)[0].get_int(
+                 0) == 0;
+    }));
+  };
+  // Each case a fresh libpqxx connection and work, as a caller's would be.
+  auto in_work =
+      [&](const std::function<void(pqxx::connection&, pqxx::work&, ExternalTransaction&)>& body) {
+        pqxx::connection c(*url);
+        pqxx::work w(c);
+        auto conn = pqxx_adapter::wrap(w);
+        ExternalTransaction ext(*context, *conn);
+        body(c, w, ext);
+      };
+  in_work([&](pqxx::connection&, pqxx::work& w, ExternalTransaction& ext) {
+    ob.writer().write(paid("p-0"));
+    pqxx_adapter::commit(w, ext);
+  });
+  in_work([&](pqxx::connection&, pqxx::work& w, ExternalTransaction& ext) {
+    ob.writer().write(paid("p-1"));
+    EXPECT_THROW(ob.writer().write(paid("p-0")), DuplicateEventError);
+    try {
+      pqxx_adapter::commit(w, ext);
+      ADD_FAILURE() << "an aborted transaction was reported committed";
+    } catch (const StoreError& e) {
+      EXPECT_EQ(e.sqlstate(), "25P02") << e.what();
+    }
+  });
+  in_work([&](pqxx::connection& c, pqxx::work& w, ExternalTransaction& ext) {
+    ob.writer().write(paid("p-2"));
+    kill(c);
+    EXPECT_THROW(ob.writer().write(paid("p-3")), ConnectionLostError);
+    EXPECT_THROW(pqxx_adapter::commit(w, ext), ConnectionLostError);
+  });
+  in_work([&](pqxx::connection& c, pqxx::work& w, ExternalTransaction& ext) {
+    ob.writer().write(paid("p-4"));
+    kill(c);
+    EXPECT_THROW(pqxx_adapter::commit(w, ext), CommitOutcomeUnknownError);
+  });
+  ob.close();
+  EXPECT_EQ(delivered.load(), 1);
+  auto conn = pool->acquire();
+  EXPECT_TRUE(store->find(*conn, "p-0"));
+  for (const std::string id : {"p-1", "p-2", "p-3", "p-4"}) {
+    EXPECT_FALSE(store->find(*conn, id)) << id;
+  }
+  conn->execute("DROP TABLE " + table);
 }
 
 }  // namespace

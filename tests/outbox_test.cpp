@@ -517,15 +517,22 @@ TEST_F(OutboxTest, DeadEventManagerQueriesAndReplays) {
   EXPECT_EQ(dead.query("B", std::nullopt, 10).size(), 2u);
   EXPECT_TRUE(dead.replay("x4"));
   EXPECT_FALSE(dead.replay("x4"));
-  EXPECT_EQ(dead.replay_all("A", std::nullopt, 2), 3);
+  const auto capped = dead.replay_all("A", std::nullopt, 2);
+  EXPECT_EQ(capped.replayed, 2);
+  EXPECT_TRUE(capped.more);
+  const auto rest = dead.replay_all("A", std::nullopt);
+  EXPECT_EQ(rest.replayed, 1);
+  EXPECT_FALSE(rest.more);
   EXPECT_EQ(dead.count(), 1);
   EXPECT_EQ(count(EventStatus::New), 4);
 
-  DeadEventManager broken(pool, std::make_shared<sqlite::SqliteOutboxStore>(sqlite::SqliteOutboxStore::Options{.table = "missing"}));
-  EXPECT_EQ(broken.count(), 0);
-  EXPECT_TRUE(broken.query(std::nullopt, std::nullopt, 10).empty());
-  EXPECT_FALSE(broken.replay("x0"));
-  EXPECT_EQ(broken.replay_all(std::nullopt, std::nullopt), 0);
+  // A database error is thrown, not reported as "nothing DEAD".
+  DeadEventManager broken(pool, std::make_shared<sqlite::SqliteOutboxStore>(
+                                    sqlite::SqliteOutboxStore::Options{.table = "missing"}));
+  EXPECT_THROW(broken.count(), StoreError);
+  EXPECT_THROW(broken.query(std::nullopt, std::nullopt, 10), StoreError);
+  EXPECT_THROW(broken.replay("x0"), StoreError);
+  EXPECT_THROW(broken.replay_all(std::nullopt, std::nullopt), StoreError);
 }
 
 TEST_F(OutboxTest, CloseDrainsAndLaterWritesStayForTheNextProcess) {

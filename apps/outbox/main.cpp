@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "outbox/clock.hpp"
+#include "outbox/dead_event_manager.hpp"
 #include "outbox/detect/detect.hpp"
 #include "outbox/errors.hpp"
 #include "outbox/log.hpp"
@@ -265,11 +266,10 @@ int main(int argc, char** argv) {
     }
     if (dead_cmd->parsed()) {
       auto pool = open_pool(dead_db.url, 1, false);
-      auto conn = pool->acquire();
-      auto store = detect_store(*conn, dead_db.table);
+      DeadEventManager dead(pool, detect_store(*pool->acquire(), dead_db.table));
       if (list_cmd->parsed()) {
-        const auto rows = store->query_dead(*conn, optional_view(dead_type),
-                                            optional_view(dead_aggregate), dead_limit, false);
+        const auto rows =
+            dead.query(optional_view(dead_type), optional_view(dead_aggregate), dead_limit, false);
         std::fputs(dead_json ? (relay::dead_to_json(rows) + "\n").c_str()
                              : relay::dead_to_text(rows).c_str(),
                    stdout);
@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
       if (replay_cmd->parsed()) {
         int missing = 0;
         for (const auto& id : replay_ids) {
-          if (store->replay_dead(*conn, id, Clock::system()->now()) == 0) {
+          if (!dead.replay(id)) {
             std::fprintf(stderr, "outbox: no DEAD event %s\n", id.c_str());
             ++missing;
           }
@@ -286,15 +286,14 @@ int main(int argc, char** argv) {
         std::printf("replayed %zu\n", replay_ids.size() - static_cast<std::size_t>(missing));
         return missing == 0 ? 0 : kFailure;
       }
-      const auto r = relay::replay_all_dead(*conn, *store, optional_view(dead_type),
-                                            optional_view(dead_aggregate), Clock::system()->now());
+      const auto r = dead.replay_all(optional_view(dead_type), optional_view(dead_aggregate));
       std::printf("replayed %d\n", r.replayed);
       if (r.skipped > 0) {
         std::printf("skipped %d (no longer DEAD)\n", r.skipped);
       }
       if (r.more) {
         std::printf("more DEAD events remain (at most %d per run): run again\n",
-                    relay::kReplayAllLimit);
+                    DeadEventManager::kReplayAllLimit);
       }
       return 0;
     }

@@ -2,6 +2,7 @@
 
 #include <errmsg.h>
 #include <mysql.h>
+#include <mysqld_error.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -26,8 +27,10 @@ bool is_integer(enum_field_types t) {
          t == MYSQL_TYPE_LONGLONG || t == MYSQL_TYPE_INT24 || t == MYSQL_TYPE_YEAR;
 }
 
+// The session is over: the client lost the server, or the server ended the session (KILL).
 bool is_lost_link(unsigned err) {
-  return err == CR_SERVER_GONE_ERROR || err == CR_SERVER_LOST;
+  return err == CR_SERVER_GONE_ERROR || err == CR_SERVER_LOST || err == CR_SERVER_LOST_EXTENDED ||
+         err == ER_CONNECTION_KILLED;
 }
 
 class MyConnection final : public sql::Connection {
@@ -141,6 +144,10 @@ class MyConnection final : public sql::Connection {
   }
   void commit() override {
     const bool begun = std::exchange(begun_, false);
+    if (broken_) {
+      fail(CR_SERVER_GONE_ERROR, "08S01", "connection was lost earlier; nothing was committed",
+           "COMMIT");
+    }
     if (begun && ended_by_error_) {
       throw StoreError(
           "mysql: COMMIT refused: the server rolled the transaction back after an earlier error "
@@ -153,10 +160,22 @@ class MyConnection final : public sql::Connection {
           "committed it implicitly); statements after it were autocommitted [SQLSTATE 25000]",
           "25000");
     }
-    simple("COMMIT");
+    try {
+      simple("COMMIT");
+    } catch (const ConnectionLostError& e) {
+      throw CommitOutcomeUnknownError(
+          std::string("mysql: the connection was lost during COMMIT: the transaction may or may "
+                      "not have committed; ") +
+              e.what(),
+          e.sqlstate());
+    }
   }
   void rollback() override {
     const bool begun = std::exchange(begun_, false);
+    if (broken_) {
+      fail(CR_SERVER_GONE_ERROR, "08S01",
+           "connection was lost earlier; the server rolled the transaction back", "ROLLBACK");
+    }
     if (begun && ended_by_error_) {
       return;  // the server rolled it back already
     }
@@ -169,7 +188,7 @@ class MyConnection final : public sql::Connection {
     simple("ROLLBACK");
   }
   bool in_transaction() const override {
-    if (ended_by_error_) {
+    if (ended_by_error_ || broken_) {
       return false;
     }
     unsigned int status = 0;
@@ -206,21 +225,37 @@ class MyConnection final : public sql::Connection {
  private:
   [[noreturn]] void fail(unsigned err, const char* sqlstate, const char* message,
                          std::string_view sql) {
-    if (is_lost_link(err)) {
+    const bool lost = is_lost_link(err);
+    bool usable = false;  // an error on a lost link, or outside any transaction
+    if (lost) {
       broken_ = true;
-    } else if (begun_ && !ended_by_error_) {
-      // Error packets carry no status flags: ask whether this error (a deadlock, a lock wait
-      // timeout with innodb_rollback_on_timeout, …) ended the transaction.
-      ended_by_error_ = !server_in_transaction();
+    } else if (begun_) {
+      if (!ended_by_error_) {
+        // Error packets carry no status flags: ask whether this error (a deadlock, a lock wait
+        // timeout with innodb_rollback_on_timeout, …) ended the transaction.
+        ended_by_error_ = !server_in_transaction();
+      }
+      usable = !ended_by_error_;
+    } else if (!owned_) {
+      usable = server_in_transaction();  // the caller's own transaction, begun on its handle
     }
     std::string state = sqlstate != nullptr ? sqlstate : "";
     if (state == "00000") {
       state.clear();
     }
-    throw StoreError("mysql error " + std::to_string(err) + ": " + message +
-                         (state.empty() ? "" : " [SQLSTATE " + state + "]") + " [" +
-                         std::string(sql.substr(0, 200)) + "]",
-                     state);
+    if (lost && (state.empty() || state == "HY000")) {
+      state = "08S01";  // communication link failure: the client errors carry no state of their own
+    }
+    const std::string text = "mysql error " + std::to_string(err) + ": " + message +
+                             (state.empty() ? "" : " [SQLSTATE " + state + "]") + " [" +
+                             std::string(sql.substr(0, 200)) + "]";
+    if (lost) {
+      throw ConnectionLostError(text, state);
+    }
+    if (err == ER_DUP_ENTRY) {
+      throw UniqueViolationError(text, state, usable);
+    }
+    throw StoreError(text, state, usable);
   }
   [[noreturn]] void fail_conn(std::string_view sql) {
     fail(mysql_errno(conn_), mysql_sqlstate(conn_), mysql_error(conn_), sql);
@@ -237,6 +272,9 @@ class MyConnection final : public sql::Connection {
   }
 
   void simple(std::string_view sql) {
+    if (broken_) {
+      fail(CR_SERVER_GONE_ERROR, "08S01", "connection was lost earlier", sql);
+    }
     if (begun_) {
       check_open(sql);
     }
@@ -449,7 +487,7 @@ std::unique_ptr<sql::Connection> connect(const ConnectOptions& o) {
     std::string msg = mysql_error(conn);
     std::string state = mysql_sqlstate(conn);
     mysql_close(conn);
-    throw StoreError(
+    throw ConnectionLostError(
         "mysql: cannot connect to " + o.host + ":" + std::to_string(o.port) + ": " + msg,
         state == "00000" ? "08001" : state);
   }

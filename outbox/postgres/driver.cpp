@@ -103,7 +103,22 @@ class PgConnection final : public sql::Connection {
           "ran through the connection); statements after it were autocommitted [SQLSTATE 25000]",
           "25000");
     }
-    auto res = run("COMMIT", {});
+    // A session already lost never receives the COMMIT (run throws ConnectionLostError): its
+    // server rolled the transaction back. Lost while the COMMIT is on its way, nobody can tell.
+    const bool sent = PQstatus(conn_) != CONNECTION_BAD;
+    ResultPtr res(nullptr, &PQclear);
+    try {
+      res = run("COMMIT", {});
+    } catch (const ConnectionLostError& e) {
+      if (!sent) {
+        throw;
+      }
+      throw CommitOutcomeUnknownError(
+          std::string("postgres: the connection was lost during COMMIT: the transaction may or may "
+                      "not have committed; ") +
+              e.what(),
+          e.sqlstate());
+    }
     // An aborted transaction answers COMMIT with success and the tag ROLLBACK.
     if (std::string_view(PQcmdStatus(res.get())) == "ROLLBACK") {
       throw StoreError(
@@ -140,7 +155,7 @@ class PgConnection final : public sql::Connection {
         },
         this);
   }
-  bool is_broken() const override { return PQstatus(conn_) == CONNECTION_BAD; }
+  bool is_broken() const override { return PQstatus(conn_) == CONNECTION_BAD || terminated_; }
   bool alive(std::chrono::milliseconds) noexcept override {
     // Non-blocking: takes in what a restarted or stopping server sent (its FATAL termination
     // notice, which may come before the end of the stream does), then looks for that end.
@@ -172,13 +187,24 @@ class PgConnection final : public sql::Connection {
     while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) {
       message.pop_back();
     }
-    if (PQstatus(conn_) == CONNECTION_BAD && sqlstate.empty()) {
+    // Class 08 is a broken link; 57P01…57P05 are the FATAL errors a server ends a session with
+    // (pg_terminate_backend, shutdown, crash, dropped database, idle timeout).
+    const bool lost = PQstatus(conn_) == CONNECTION_BAD || terminated_ ||
+                      sqlstate.starts_with("08") || sqlstate.starts_with("57P");
+    if (lost && sqlstate.empty()) {
       sqlstate = "08006";  // connection_failure
     }
-    throw StoreError("postgres: " + message +
-                         (sqlstate.empty() ? "" : " [SQLSTATE " + sqlstate + "]") + " [" +
-                         std::string(sql.substr(0, 200)) + "]",
-                     sqlstate);
+    const std::string text = "postgres: " + message +
+                             (sqlstate.empty() ? "" : " [SQLSTATE " + sqlstate + "]") + " [" +
+                             std::string(sql.substr(0, 200)) + "]";
+    // Any error aborts PostgreSQL's transaction: none is left usable.
+    if (lost) {
+      throw ConnectionLostError(text, sqlstate);
+    }
+    if (sqlstate == "23505") {
+      throw UniqueViolationError(text, sqlstate);
+    }
+    throw StoreError(text, sqlstate);
   }
 
   ResultPtr check(PGresult* raw, std::string_view sql) {
@@ -367,7 +393,7 @@ std::unique_ptr<sql::Connection> connect(const std::string& conninfo,
     while (!msg.empty() && msg.back() == '\n') {
       msg.pop_back();
     }
-    throw StoreError("postgres: cannot connect: " + msg, "08001");
+    throw ConnectionLostError("postgres: cannot connect: " + msg, "08001");
   }
   auto wrapped = std::make_unique<PgConnection>(conn, true);
   wrapped->take_notices();

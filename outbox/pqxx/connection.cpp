@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "outbox/errors.hpp"
+#include "outbox/transaction.hpp"
 
 namespace outbox::pqxx_adapter {
 namespace {
@@ -48,6 +49,8 @@ class PqxxConnection final : public sql::Connection {
   void rollback() override { begin(); }
   bool in_transaction() const override { return true; }
   std::string_view dialect() const override { return "postgres"; }
+  /// A statement run through this connection failed, which aborts a PostgreSQL transaction.
+  bool aborted() const noexcept { return aborted_; }
 
  private:
   pqxx::result run(std::string_view sql, std::span<const sql::Value> params) {
@@ -83,10 +86,29 @@ class PqxxConnection final : public sql::Connection {
         return tx_.exec(std::string(sql));  // simple protocol: allows several statements
       }
       return tx_.exec_params(std::string(sql), pqxx::prepare::make_dynamic_params(args));
+    } catch (const pqxx::failure&) {
+      aborted_ = true;
+      rethrow_typed();
+    }
+  }
+
+  [[noreturn]] void rethrow_typed() const {
+    const std::string prefix = "postgres (pqxx): ";
+    try {
+      throw;
+    } catch (const pqxx::unique_violation& e) {
+      throw UniqueViolationError(prefix + e.what(), e.sqlstate());
     } catch (const pqxx::sql_error& e) {
-      throw StoreError(std::string("postgres (pqxx): ") + e.what(), e.sqlstate());
+      // A terminated session reports its last error (57P01, …) as an SQL error.
+      if (!tx_.conn().is_open() || e.sqlstate().starts_with("08") ||
+          e.sqlstate().starts_with("57P")) {
+        throw ConnectionLostError(prefix + e.what(), e.sqlstate().empty() ? "08006" : e.sqlstate());
+      }
+      throw StoreError(prefix + e.what(), e.sqlstate());
     } catch (const pqxx::broken_connection& e) {
-      throw StoreError(std::string("postgres (pqxx): ") + e.what(), "08006");
+      throw ConnectionLostError(prefix + e.what());
+    } catch (const pqxx::failure& e) {
+      throw StoreError(prefix + e.what());
     }
   }
 
@@ -114,12 +136,49 @@ class PqxxConnection final : public sql::Connection {
   }
 
   pqxx::transaction_base& tx_;
+  bool aborted_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<sql::Connection> wrap(pqxx::transaction_base& tx) {
   return std::make_unique<PqxxConnection>(tx);
+}
+
+void commit(pqxx::transaction_base& tx, ExternalTransaction& ext) {
+  const auto* wrapped = dynamic_cast<const PqxxConnection*>(&ext.connection());
+  if (!tx.conn().is_open() || (wrapped != nullptr && wrapped->aborted())) {
+    // PostgreSQL answers the COMMIT of an aborted transaction with ROLLBACK, which libpqxx takes
+    // for success: it is not sent.
+    tx.abort();
+    ext.rolled_back();
+    if (!tx.conn().is_open()) {
+      throw ConnectionLostError(
+          "postgres (pqxx): COMMIT not sent: the connection was lost; the server rolled the "
+          "transaction back");
+    }
+    throw StoreError(
+        "postgres (pqxx): COMMIT refused: a statement failed and aborted the transaction; it was "
+        "rolled back, nothing was committed [SQLSTATE 25P02]",
+        "25P02");
+  }
+  const std::string prefix = "postgres (pqxx): COMMIT failed: ";
+  try {
+    tx.commit();
+  } catch (const pqxx::in_doubt_error& e) {
+    ext.outcome_unknown();
+    throw CommitOutcomeUnknownError(prefix + e.what());
+  } catch (const pqxx::broken_connection& e) {
+    ext.rolled_back();
+    throw ConnectionLostError(prefix + e.what());
+  } catch (const pqxx::sql_error& e) {
+    ext.rolled_back();
+    throw StoreError(prefix + e.what(), e.sqlstate());
+  } catch (const pqxx::failure& e) {
+    ext.rolled_back();
+    throw StoreError(prefix + e.what());
+  }
+  ext.committed();
 }
 
 }  // namespace outbox::pqxx_adapter

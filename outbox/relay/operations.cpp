@@ -112,33 +112,4 @@ std::string dead_to_text(const std::vector<OutboxEvent>& rows) {
   return out;
 }
 
-ReplayAllResult replay_all_dead(sql::Connection& conn, OutboxStore& store,
-                                std::optional<std::string_view> event_type,
-                                std::optional<std::string_view> aggregate_type, Timestamp now) {
-  // The list is taken once: re-querying after each pass would find the events a running relay
-  // has just sent DEAD again and replay them over and over.
-  std::vector<std::string> ids;
-  {
-    const auto rows =
-        store.query_dead(conn, event_type, aggregate_type, kReplayAllLimit + 1, false);
-    ids.reserve(rows.size());
-    for (const auto& row : rows) {
-      ids.push_back(row.event_id);
-    }
-  }
-  ReplayAllResult result;
-  if (ids.size() > static_cast<std::size_t>(kReplayAllLimit)) {
-    ids.resize(kReplayAllLimit);
-    result.more = true;
-  }
-  for (const auto& id : ids) {
-    if (store.replay_dead(conn, id, now) > 0) {
-      ++result.replayed;
-    } else {
-      ++result.skipped;
-    }
-  }
-  return result;
-}
-
 }  // namespace outbox::relay

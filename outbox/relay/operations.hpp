@@ -1,11 +1,11 @@
 #pragma once
-// Operator views and actions shared by the `outbox` command and the admin API.
+// Operator views shared by the `outbox` command and the admin API (their actions on DEAD events
+// are DeadEventManager's).
 
 #include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,22 +33,5 @@ std::string to_text(const StatusReport& report);
 std::string dead_to_json(const std::vector<OutboxEvent>& rows);
 /// One line per DEAD row for a terminal.
 std::string dead_to_text(const std::vector<OutboxEvent>& rows);
-
-/// What replay_all_dead did.
-struct ReplayAllResult {
-  int replayed = 0;   ///< DEAD → NEW
-  int skipped = 0;    ///< in the list but no longer DEAD when their turn came
-  bool more = false;  ///< the list was capped at kReplayAllLimit: run again for the rest
-};
-
-/// The most DEAD rows one replay-all run takes.
-inline constexpr int kReplayAllLimit = 100000;
-
-/// Takes the ids of the DEAD rows matching the filters once, then replays each at most once (NEW,
-/// attempts 0): events a running relay sends DEAD again are not replayed again by this run.
-/// Throws outbox::StoreError (rows replayed before the failure stay replayed).
-ReplayAllResult replay_all_dead(sql::Connection& conn, OutboxStore& store,
-                                std::optional<std::string_view> event_type,
-                                std::optional<std::string_view> aggregate_type, Timestamp now);
 
 }  // namespace outbox::relay

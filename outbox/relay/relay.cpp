@@ -7,6 +7,7 @@
 #include <mutex>
 #include <thread>
 
+#include "outbox/dead_event_manager.hpp"
 #include "outbox/detect/detect.hpp"
 #include "outbox/errors.hpp"
 #include "outbox/http/publisher.hpp"
@@ -216,20 +217,17 @@ struct Relay::Impl {
       auto conn = pool->acquire();
       return to_json(read_status(*conn, *store, Clock::system()->now()));
     };
-    h.dead_json = [this](std::optional<std::string> type, std::optional<std::string> aggregate,
+    auto dead = std::make_shared<DeadEventManager>(pool, store);
+    h.dead_json = [dead](std::optional<std::string> type, std::optional<std::string> aggregate,
                          int limit) {
-      auto conn = pool->acquire();
       std::optional<std::string_view> t, a;
       if (type)
         t = *type;
       if (aggregate)
         a = *aggregate;
-      return dead_to_json(store->query_dead(*conn, t, a, limit, false));
+      return dead_to_json(dead->query(t, a, limit, false));
     };
-    h.replay = [this](const std::string& id) {
-      auto conn = pool->acquire();
-      return store->replay_dead(*conn, id, Clock::system()->now()) > 0;
-    };
+    h.replay = [dead](const std::string& id) { return dead->replay(id); };
     admin = std::make_unique<AdminServer>(config.admin.host, config.admin.port, config.admin.token,
                                           std::move(h));
   }

@@ -144,8 +144,16 @@ class SqliteConnection final : public sql::Connection {
     if (begun_ && sqlite3_get_autocommit(db_) != 0) {
       ended_by_error_ = true;  // SQLITE_FULL, IOERR, NOMEM, … may roll the whole transaction back
     }
-    throw StoreError("sqlite error " + std::to_string(rc) + " (" + sqlite3_errstr(rc) +
-                     "): " + sqlite3_errmsg(db_) + " [" + std::string(sql.substr(0, 200)) + "]");
+    // Otherwise SQLite undid the failed statement alone: a transaction still open goes on.
+    const bool usable = sqlite3_get_autocommit(db_) == 0;
+    const std::string message = "sqlite error " + std::to_string(rc) + " (" + sqlite3_errstr(rc) +
+                                "): " + sqlite3_errmsg(db_) + " [" +
+                                std::string(sql.substr(0, 200)) + "]";
+    const int extended = sqlite3_extended_errcode(db_);
+    if (extended == SQLITE_CONSTRAINT_PRIMARYKEY || extended == SQLITE_CONSTRAINT_UNIQUE) {
+      throw UniqueViolationError(message, {}, usable);
+    }
+    throw StoreError(message, {}, usable);
   }
 
   void simple(const char* sql) {

@@ -1,6 +1,7 @@
 #pragma once
-// A real store that refuses the DONE marks of one event: a status write the database refuses,
-// for tests of what the dispatcher does then. Everything else goes to the wrapped store.
+// Real stores with one fault injected: ForwardingStore hands every call to a wrapped store, and a
+// test overrides the call it wants to disturb (FailingDoneStore: a status write the database
+// refuses, for tests of what the dispatcher does then).
 
 #include <atomic>
 #include <memory>
@@ -11,12 +12,10 @@
 
 namespace outbox::testing {
 
-// A store whose DONE marks fail for one event id until two writes were refused (the dispatcher
-// tries a refused outcome twice).
-class FailingDoneStore final : public OutboxStore {
+// Hands every call to `inner`.
+class ForwardingStore : public OutboxStore {
  public:
-  FailingDoneStore(std::shared_ptr<OutboxStore> inner, std::string fail_id)
-      : inner_(std::move(inner)), fail_id_(std::move(fail_id)) {}
+  explicit ForwardingStore(std::shared_ptr<OutboxStore> inner) : inner_(std::move(inner)) {}
   void insert_new(sql::Connection& c, const EventEnvelope& e, std::string_view o) override {
     inner_->insert_new(c, e, o);
   }
@@ -26,18 +25,10 @@ class FailingDoneStore final : public OutboxStore {
   }
   int mark_done(sql::Connection& c, std::string_view id, Timestamp now,
                 std::string_view owner) override {
-    if (id == fail_id_ && refusals_.fetch_add(1) < 2) {
-      throw StoreError("injected: status write refused");
-    }
     return inner_->mark_done(c, id, now, owner);
   }
   int mark_done_batch(sql::Connection& c, const std::vector<std::string>& ids, Timestamp now,
                       std::string_view owner) override {
-    for (const auto& id : ids) {
-      if (id == fail_id_ && refusals_.fetch_add(1) < 2) {
-        throw StoreError("injected: status write refused");
-      }
-    }
     return inner_->mark_done_batch(c, ids, now, owner);
   }
   int mark_retry(sql::Connection& c, std::string_view id, Timestamp now,
@@ -96,8 +87,34 @@ class FailingDoneStore final : public OutboxStore {
     return inner_->oldest_pending(c);
   }
 
- private:
+ protected:
   std::shared_ptr<OutboxStore> inner_;
+};
+
+// A store whose DONE marks fail for one event id until two writes were refused (the dispatcher
+// tries a refused outcome twice).
+class FailingDoneStore final : public ForwardingStore {
+ public:
+  FailingDoneStore(std::shared_ptr<OutboxStore> inner, std::string fail_id)
+      : ForwardingStore(std::move(inner)), fail_id_(std::move(fail_id)) {}
+  int mark_done(sql::Connection& c, std::string_view id, Timestamp now,
+                std::string_view owner) override {
+    if (id == fail_id_ && refusals_.fetch_add(1) < 2) {
+      throw StoreError("injected: status write refused");
+    }
+    return inner_->mark_done(c, id, now, owner);
+  }
+  int mark_done_batch(sql::Connection& c, const std::vector<std::string>& ids, Timestamp now,
+                      std::string_view owner) override {
+    for (const auto& id : ids) {
+      if (id == fail_id_ && refusals_.fetch_add(1) < 2) {
+        throw StoreError("injected: status write refused");
+      }
+    }
+    return inner_->mark_done_batch(c, ids, now, owner);
+  }
+
+ private:
   std::string fail_id_;
   std::atomic<int> refusals_{0};
 };
