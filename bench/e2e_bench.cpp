@@ -435,8 +435,10 @@ struct Bench {
       options.claim_locking = outbox::ClaimLocking{"bench", std::chrono::minutes(5)};
       start = Clock::now();
       ob = std::make_unique<outbox::Outbox>(outbox::Outbox::multi_node(options));
+      ob->start();
     } else {
       ob = std::make_unique<outbox::Outbox>(outbox::Outbox::single_node(options));
+      ob->start();
       outbox::OutboxWriter poller_only_writer(tx_context, store);
       auto& writer = cfg.mode == "hot" ? ob->writer() : poller_only_writer;
       start = Clock::now();

@@ -125,6 +125,7 @@ void BM_Dispatcher_HotHandoff(benchmark::State& state) {
                               .store = db.store,
                               .listeners = listeners,
                               .worker_count = 2});
+  d.start();
   std::uint64_t sent = 0;
   for (auto _ : state) {
     state.PauseTiming();

@@ -141,6 +141,7 @@ int run(const std::string& path) {
       .max_attempts = 3,
       .retry_policy = std::make_shared<outbox::ExponentialBackoffRetryPolicy>(50ms, 200ms),
   });
+  ob.start();
   int written = 0;
   auto place_order = [&](int n, const std::string& type) {
     auto t = tx.begin();

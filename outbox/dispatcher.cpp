@@ -11,6 +11,7 @@
 #include "outbox/internal/claim_heartbeat.hpp"
 #include "outbox/internal/delivery_ledger.hpp"
 #include "outbox/internal/dispatch_queue.hpp"
+#include "outbox/internal/dispatcher_link.hpp"
 #include "outbox/internal/done_flusher.hpp"
 #include "outbox/internal/outcome_policy.hpp"
 #include "outbox/listener.hpp"
@@ -95,6 +96,22 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   status_writer_ = std::make_unique<internal::StatusWriter>(options_.connection_provider,
                                                             options_.store, options_.clock,
                                                             options_.metrics, options_.claim_owner);
+  link_ = std::make_shared<internal::DispatcherLink>();
+  link_->dispatcher = this;
+}
+
+void OutboxDispatcher::start() {
+  std::lock_guard close_lock(close_mutex_);
+  {
+    std::lock_guard lock(queue_mutex_);
+    if (closing_) {
+      throw std::logic_error("OutboxDispatcher: start() after close()");
+    }
+  }
+  if (started_) {
+    return;
+  }
+  started_ = true;
   flusher_ = std::make_unique<internal::DoneFlusher>(
       internal::DoneFlusher::Options{.provider = options_.connection_provider,
                                      .store = options_.store,
@@ -129,6 +146,11 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
 }
 
 OutboxDispatcher::~OutboxDispatcher() {
+  {
+    // Hook calls in progress finish first; later ones find no dispatcher.
+    std::unique_lock lock(link_->mutex);
+    link_->dispatcher = nullptr;
+  }
   close();
 }
 
@@ -259,9 +281,10 @@ void OutboxDispatcher::close() {
   }
   closing_ = true;
   work_ready_.notify_all();
-  // With no drain time, abandon under the same lock hold so no worker takes another event.
+  // With no drain time (or no workers: never started), abandon under the same lock hold so no
+  // worker takes another event.
   const bool drained =
-      options_.drain_timeout.count() > 0
+      started_ && options_.drain_timeout.count() > 0
           ? drained_.wait_for(lock, options_.drain_timeout, [&] { return queue_->empty(); })
           : queue_->empty();
   abandon_ = true;
@@ -278,7 +301,9 @@ void OutboxDispatcher::close() {
   if (heartbeat_) {
     heartbeat_->stop();
   }
-  flusher_->stop();  // it writes every DONE mark still waiting before it stops
+  if (flusher_) {
+    flusher_->stop();  // it writes every DONE mark still waiting before it stops
+  }
   lock.lock();
   for (auto& e : queue_->clear()) {
     ledger_->release(e.envelope.event_id());

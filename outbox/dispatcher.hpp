@@ -36,6 +36,7 @@ class DeliveryLedger;
 class StatusWriter;
 class DoneFlusher;
 class ClaimHeartbeat;
+struct DispatcherLink;
 }  // namespace internal
 
 /// Runs listeners for queued events and records DONE / RETRY / DEAD. Thread-safe.
@@ -90,7 +91,8 @@ class OutboxDispatcher {
     bool ordered = false;
   };
 
-  /// Validates (std::invalid_argument naming the field) and starts the workers.
+  /// Validates (std::invalid_argument naming the field). Starts no thread: events queued before
+  /// start() wait for it.
   explicit OutboxDispatcher(Options options);
   /// Calls close().
   ~OutboxDispatcher();
@@ -129,6 +131,9 @@ class OutboxDispatcher {
   std::uint64_t begin_scan();
   /// Ends the poll cycle started with `token`.
   void end_scan(std::uint64_t token);
+  /// Starts the workers, the DONE flusher and (multi-node) the claim heartbeat. Idempotent;
+  /// throws std::logic_error after close().
+  void start();
   /// Stops accepting events, lets workers drain for up to drain_timeout, then stops them after
   /// their current event. Events still queued stay in the table for the poller. Idempotent.
   void close();
@@ -159,8 +164,13 @@ class OutboxDispatcher {
   std::unique_ptr<internal::StatusWriter> status_writer_;
   std::unique_ptr<internal::DoneFlusher> flusher_;
   std::unique_ptr<internal::ClaimHeartbeat> heartbeat_;
-  std::mutex close_mutex_;  // serialises close()
+  std::mutex close_mutex_;  // serialises start() and close()
+  bool started_ = false;
   std::vector<std::thread> workers_;
+  // What the writer hook reaches the dispatcher through; cut when the dispatcher goes, so an open
+  // transaction that commits later finds no dispatcher instead of a dangling one.
+  std::shared_ptr<internal::DispatcherLink> link_;
+  friend class DispatcherWriterHook;
 };
 
 }  // namespace outbox

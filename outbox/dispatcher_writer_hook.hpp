@@ -12,6 +12,9 @@ namespace outbox {
 
 class OutboxDispatcher;
 class MetricsExporter;
+namespace internal {
+struct DispatcherLink;
+}
 
 /// WriterHook that puts committed events on the dispatcher's hot queue. Events are reserved in
 /// the dispatcher before commit (so the poller cannot deliver them a second time in the gap between
@@ -20,8 +23,9 @@ class MetricsExporter;
 /// Thread-safe.
 class DispatcherWriterHook final : public WriterHook {
  public:
-  /// `dispatcher` must outlive the hook's use. With a `lock_owner` (multi-node), rows are inserted
-  /// claimed by it so that other nodes' pollers do not deliver them while this node does.
+  /// With a `lock_owner` (multi-node), rows are inserted claimed by it so that other nodes'
+  /// pollers do not deliver them while this node does. The hook may outlive `dispatcher` (an open
+  /// transaction keeps it): events committed after the dispatcher is gone are left to the poller.
   DispatcherWriterHook(OutboxDispatcher& dispatcher, std::shared_ptr<MetricsExporter> metrics,
                        std::string lock_owner = {});
   std::string_view lock_owner() const override { return lock_owner_; }
@@ -33,7 +37,10 @@ class DispatcherWriterHook final : public WriterHook {
   void after_unknown_outcome(const std::vector<EventEnvelope>& events) override;
 
  private:
-  OutboxDispatcher& dispatcher_;
+  template <typename Fn>
+  bool with_dispatcher(Fn&& fn) const;
+
+  std::shared_ptr<internal::DispatcherLink> link_;
   std::shared_ptr<MetricsExporter> metrics_;
   std::string lock_owner_;
 };

@@ -192,13 +192,20 @@ Outbox Outbox::build(Options o, Mode mode) {
     });
   }
   outbox.writer_ = std::make_unique<OutboxWriter>(o.tx_context, o.store, std::move(hook));
-  if (outbox.poller_) {
-    outbox.poller_->start();
-  }
-  if (outbox.purge_) {
-    outbox.purge_->start();
-  }
   return outbox;
+}
+
+void Outbox::start() {
+  // Workers first: what the poller hands over has somewhere to go.
+  if (dispatcher_) {
+    dispatcher_->start();
+  }
+  if (poller_) {
+    poller_->start();
+  }
+  if (purge_) {
+    purge_->start();
+  }
 }
 
 }  // namespace outbox

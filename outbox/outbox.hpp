@@ -27,8 +27,10 @@ class EventPurger;
 class OutboxDispatcher;
 class OutboxPurgeScheduler;
 
-/// Owns the running components; close() (or the destructor) stops them in this order:
-/// purge, poller, dispatcher (which drains). Move-only; close() is thread-safe.
+/// Owns the components of one mode. Like every component, it starts no thread until start():
+/// events written before that wait in the hot queue (or, past its capacity, in the table) and are
+/// delivered once it runs. close() (or the destructor) stops them in this order: purge, poller,
+/// dispatcher (which drains). Move-only; start() and close() are thread-safe.
 class Outbox {
  public:
   /// Settings for every mode; a mode ignores what it does not use (see each factory).
@@ -63,7 +65,8 @@ class Outbox {
     std::shared_ptr<Clock> clock;  ///< default: Clock::system()
   };
 
-  /// Hot path + poller (poll_pending). Throws std::invalid_argument naming a missing/bad field.
+  /// Hot path + poller (poll_pending), not started. Throws std::invalid_argument naming a
+  /// missing/bad field.
   static Outbox single_node(Options options);
   /// Hot path + poller with claim locking (claim_pending). Throws std::invalid_argument also when
   /// claim_locking is unset.
@@ -84,6 +87,9 @@ class Outbox {
   OutboxDispatcher* dispatcher() { return dispatcher_.get(); }
   /// The poller (nullptr in writer_only mode).
   OutboxPoller* poller() { return poller_.get(); }
+  /// Starts the dispatcher's workers, the poller and the purge schedule. Idempotent; throws
+  /// std::logic_error after close().
+  void start();
   /// Stops purge, poller, then drains the dispatcher; in multi_node mode then releases the rows
   /// this node still holds claimed, so other nodes take them at once. Idempotent.
   void close();

@@ -15,9 +15,17 @@
 namespace outbox {
 
 bool DispatcherPollerHandler::handle(const EventEnvelope& event, int attempts) {
+  std::chrono::steady_clock::time_point started;
+  std::uint64_t token;
+  {
+    std::lock_guard lock(mutex_);
+    started = cycle_started_;
+    token = scan_token_;
+  }
   const auto r = dispatcher_.try_enqueue_cold(
-      QueuedEvent{event, QueuedEvent::Source::Cold, attempts, cycle_started_, scan_token_});
+      QueuedEvent{event, QueuedEvent::Source::Cold, attempts, started, token});
   if (r == OutboxDispatcher::EnqueueResult::Queued) {
+    std::lock_guard lock(mutex_);
     ++queued_;
   }
   return r != OutboxDispatcher::EnqueueResult::Refused;
@@ -31,14 +39,27 @@ int DispatcherPollerHandler::in_flight() const {
   return dispatcher_.in_memory();
 }
 
+std::optional<int> DispatcherPollerHandler::new_in_cycle() const {
+  std::lock_guard lock(mutex_);
+  return queued_;
+}
+
 void DispatcherPollerHandler::begin_cycle() {
+  const auto token = dispatcher_.begin_scan();
+  std::lock_guard lock(mutex_);
   queued_ = 0;
-  cycle_started_ = std::chrono::steady_clock::now();  // no later than the claims of this cycle
-  scan_token_ = dispatcher_.begin_scan();
+  // No later than the claims of this cycle: taken before the cycle's query runs.
+  cycle_started_ = std::chrono::steady_clock::now();
+  scan_token_ = token;
 }
 
 void DispatcherPollerHandler::end_cycle() {
-  dispatcher_.end_scan(scan_token_);
+  std::uint64_t token;
+  {
+    std::lock_guard lock(mutex_);
+    token = scan_token_;
+  }
+  dispatcher_.end_scan(token);
 }
 
 OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {

@@ -54,14 +54,15 @@ class DispatcherPollerHandler final : public OutboxPollerHandler {
   int available_capacity() const override;
   void begin_cycle() override;
   void end_cycle() override;
-  std::optional<int> new_in_cycle() const override { return queued_; }
+  std::optional<int> new_in_cycle() const override;
   int in_flight() const override;
 
  private:
   OutboxDispatcher& dispatcher_;
+  mutable std::mutex mutex_;  // guards the cycle's state below
   std::uint64_t scan_token_ = 0;
   std::chrono::steady_clock::time_point cycle_started_{};
-  int queued_ = 0;  // events this cycle queued (cycles run on one thread at a time)
+  int queued_ = 0;  // events this cycle queued
 };
 
 /// Multi-node claim locking: rows are claimed by `owner` until delivered or `lock_timeout` passes.

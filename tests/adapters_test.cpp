@@ -50,6 +50,7 @@ void check_caller_transactions(std::shared_ptr<sql::ConnectionProvider> pool,
                                  .store = store,
                                  .listeners = listeners,
                                  .poll_interval = 1h});
+  ob.start();
   auto count = [&](const std::string& sql) {
     return pool->acquire()->query(sql, {}).at(0).get_int(0);
   };
@@ -222,6 +223,7 @@ TEST(CallerOwnedTransaction, ErrorsOfALibpqxxWork) {
                                  .store = store,
                                  .listeners = listeners,
                                  .poll_interval = 1h});
+  ob.start();
   auto paid = [](const std::string& id) {
     return EventEnvelope::builder(EventType::of("Paid")).event_id(id).payload_json("{}").build();
   };

@@ -41,7 +41,8 @@ class Claims : public ::testing::TestWithParam<Engine> {
     const auto& engine = GetParam().name;
     if (engine == "sqlite") {
       url_ = dir_.file("claims.db");
-      store_ = std::make_shared<sqlite::SqliteOutboxStore>(sqlite::SqliteOutboxStore::Options{.table = table_});
+      store_ = std::make_shared<sqlite::SqliteOutboxStore>(
+          sqlite::SqliteOutboxStore::Options{.table = table_});
     } else if (engine == "postgres") {
       store_ = std::make_shared<postgres::PostgresOutboxStore>(
           postgres::PostgresOutboxStore::Options{.table = table_});
@@ -130,6 +131,8 @@ TEST_P(Claims, QueuedRowsKeepTheirClaimAcrossHealthyNodes) {
   };
   auto a = node("node-a");
   auto b = node("node-b");
+  a.start();
+  b.start();
   ASSERT_TRUE(testing::wait_until([&] { return count(EventStatus::Done) == kEvents; }, 120s));
   a.close();
   b.close();
@@ -176,7 +179,8 @@ TEST_P(Claims, ARunningEventKeepsItsClaimWhileThePoolIsExhausted) {
                                .listeners = registry("node-a"),
                                .poll_interval = 30ms,
                                .worker_count = 1,
-                               .claim_locking = ClaimLocking{"node-a", 400ms}});
+                               .claim_locking = ClaimLocking{"node-a", 1000ms}});
+  a.start();
   ASSERT_TRUE(testing::wait_until([&] { return started.load(); }));
   auto b = Outbox::multi_node({.connection_provider = make_pool(),
                                .tx_context = std::make_shared<ThreadLocalTxContext>(),
@@ -184,15 +188,17 @@ TEST_P(Claims, ARunningEventKeepsItsClaimWhileThePoolIsExhausted) {
                                .listeners = registry("node-b"),
                                .poll_interval = 30ms,
                                .worker_count = 1,
-                               .claim_locking = ClaimLocking{"node-b", 400ms}});
+                               .claim_locking = ClaimLocking{"node-b", 1000ms}});
+  b.start();
   {
-    // Node A's pool exhausted for three leases, as busy business transactions would.
+    // Node A's pool exhausted for three leases, as busy business transactions would. The lease is
+    // long enough that one slow renewal on a loaded machine (a quarter lease) is not a lapse.
     std::vector<sql::PooledConnection> held;
     for (int i = 0; i < 4; ++i) {
       held.push_back(pool_a->acquire());
     }
-    const auto until = std::chrono::steady_clock::now() + 1200ms;
-    testing::wait_until([&] { return std::chrono::steady_clock::now() >= until; }, 5s);
+    const auto until = std::chrono::steady_clock::now() + 3000ms;
+    testing::wait_until([&] { return std::chrono::steady_clock::now() >= until; }, 10s);
   }
   release = true;
   ASSERT_TRUE(testing::wait_until(
@@ -238,6 +244,7 @@ TEST_P(Claims, AQueuedEventWhoseRenewalWasSkippedIsNotDeliveredTwice) {
                                .poll_interval = 30ms,
                                .worker_count = 1,
                                .claim_locking = ClaimLocking{"node-a", 400ms}});
+  a.start();
   {
     TransactionManager tm(pool_a, context);
     auto txn = tm.begin();
@@ -260,6 +267,7 @@ TEST_P(Claims, AQueuedEventWhoseRenewalWasSkippedIsNotDeliveredTwice) {
                                  .poll_interval = 5ms,
                                  .worker_count = 1,
                                  .claim_locking = ClaimLocking{"node-b", 400ms}});
+    b.start();
     // The fault: the lock stays for two and a half leases; then the slow work goes on for one
     // more lease, time enough for node B to take the queued row if its claim had run out.
     auto hold = [](std::chrono::milliseconds d) {
@@ -305,12 +313,14 @@ TEST_P(Claims, AnInsertThatWaitedDoesNotHandOutRowsItsHotPathDelivers) {
                                .listeners = registry(),
                                .poll_interval = 20ms,
                                .claim_locking = ClaimLocking{"node-a", 1000ms}});
+  a.start();
   auto b = Outbox::multi_node({.connection_provider = make_pool(),
                                .tx_context = std::make_shared<ThreadLocalTxContext>(),
                                .store = store_,
                                .listeners = registry(),
                                .poll_interval = 20ms,
                                .claim_locking = ClaimLocking{"node-b", 1000ms}});
+  b.start();
   auto locker_pool = make_pool();
   auto locker = locker_pool->acquire();
   locker->execute("LOCK TABLES " + table_ + " READ");
@@ -391,6 +401,7 @@ TEST_P(Claims, AStaleOwnersLateOutcomeChangesNothing) {
                                .worker_count = 1,
                                .claim_owner = "node-a",
                                .claim_timeout = 60s});
+  dispatcher.start();
   ASSERT_TRUE(dispatcher.enqueue_cold(QueuedEvent{e, QueuedEvent::Source::Cold, 0}));
   // Finished once the in-flight entry is released again.
   ASSERT_TRUE(testing::wait_until([&] {
@@ -422,6 +433,7 @@ TEST_P(Claims, AnEventWhoseClaimLapsedInTheQueueIsNotDelivered) {
                                .worker_count = 1,
                                .claim_owner = "node-a",
                                .claim_timeout = 2s});
+  dispatcher.start();
   ASSERT_TRUE(dispatcher.enqueue_cold(
       QueuedEvent{e, QueuedEvent::Source::Cold, 0, std::chrono::steady_clock::now() - 1500ms}));
   ASSERT_TRUE(testing::wait_until([&] { return dispatcher.expired_claims_dropped() == 1; }));

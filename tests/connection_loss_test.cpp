@@ -96,6 +96,7 @@ TEST_P(ConnectionLoss, DispatcherAndPollerResumeAfterTheServerRestarts) {
        .listeners = listeners,
        .poll_interval = 200ms,
        .retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(100ms, 500ms)});
+  ob.start();
   std::set<std::string> committed;
   int failed_writes = 0;
   // Writes until `n` transactions have committed; failed attempts (server down, stale pooled

@@ -49,6 +49,7 @@ TEST_F(DispatcherTest, DeliversAndMarksDone) {
     ++calls;
   });
   OutboxDispatcher d(options());
+  d.start();
   ASSERT_TRUE(d.enqueue_hot(queued(committed("A", "e1"))));
   ASSERT_TRUE(wait_status("e1", EventStatus::Done));
   EXPECT_EQ(calls.load(), 1);
@@ -60,6 +61,7 @@ TEST_F(DispatcherTest, DeliversAndMarksDone) {
 
 TEST_F(DispatcherTest, UnroutableGoesDeadOnceWithoutCountingAnAttempt) {
   OutboxDispatcher d(options());
+  d.start();
   d.enqueue_hot(queued(committed("Nobody", "u1")));
   ASSERT_TRUE(wait_status("u1", EventStatus::Dead));
   auto r = row("u1");
@@ -75,6 +77,7 @@ TEST_F(DispatcherTest, PermanentFailureGoesDeadAtOnceWithItsReason) {
     throw PermanentFailure("HTTP 400: bad amount");
   });
   OutboxDispatcher d(options());
+  d.start();
   d.enqueue_hot(queued(committed("P", "p1")));  // attempts 0 of max 3: no retry even so
   ASSERT_TRUE(wait_status("p1", EventStatus::Dead));
   auto r = row("p1");
@@ -141,6 +144,7 @@ TEST_F(DispatcherTest, BatchListenerGetsQueuedEventsTogetherWithPerEventOutcomes
   o.worker_count = 1;
   o.max_batch_size = 8;
   OutboxDispatcher d(o);
+  d.start();
   d.enqueue_hot(queued(committed("Block", "block")));       // holds the only worker
   ASSERT_TRUE(wait_until([&] { return blocked.load(); }));  // the rest queue up behind it
   for (int i = 0; i < 3; ++i) {
@@ -186,6 +190,7 @@ TEST_F(DispatcherTest, BatchListenerThrowingFailsEveryEventOfTheBatch) {
   o.worker_count = 1;
   o.max_batch_size = 4;
   OutboxDispatcher d(o);
+  d.start();
   d.enqueue_hot(queued(committed("Block", "block")));
   ASSERT_TRUE(wait_until([&] { return blocked.load(); }));
   for (int i = 0; i < 3; ++i) {
@@ -203,6 +208,7 @@ TEST_F(DispatcherTest, FailureRetriesWithBackoffThenDeadAtMaxAttempts) {
   listeners->register_listener(
       EventType::of("F"), [](const EventEnvelope&) { throw std::runtime_error("downstream"); });
   OutboxDispatcher d(options());
+  d.start();
   const auto before = std::chrono::system_clock::now();
   auto e = committed("F", "f1");
   d.enqueue_hot(queued(e));
@@ -232,6 +238,7 @@ TEST_F(DispatcherTest, RetryLaterDefersWithoutCountingOrCountsWhenAsked) {
     throw RetryLater(std::chrono::minutes(3), "busy", true);
   });
   OutboxDispatcher d(options());
+  d.start();
   const auto before = std::chrono::system_clock::now();
   auto later = committed("Later", "l1");
   d.enqueue_hot(queued(later, 2));  // even at attempts = max - 1 a deferral never goes DEAD
@@ -271,6 +278,7 @@ TEST_F(DispatcherTest, EventsWithoutABatchListenerGoToWorkersOneByOne) {
     events.push_back(committed("Slow", "s" + std::to_string(i)));
   }
   OutboxDispatcher d(o);
+  d.start();
   for (const auto& e : events) {
     ASSERT_TRUE(d.enqueue_cold(queued(e)));
   }
@@ -287,6 +295,7 @@ TEST_F(DispatcherTest, RetryLaterWithoutAWaitCountsTheAttemptAndBacksOff) {
     throw RetryLater(std::chrono::milliseconds(-5000), "again");
   });
   OutboxDispatcher d(options());
+  d.start();
   const auto before = std::chrono::system_clock::now();
   auto now = committed("Now", "n1");
   d.enqueue_hot(queued(now));
@@ -323,6 +332,7 @@ TEST_F(DispatcherTest, InterceptorsRunInOrderAndReverseAndSeeTheError) {
       }),
   };
   OutboxDispatcher d(o);
+  d.start();
   d.enqueue_hot(queued(committed("X", "i1")));
   ASSERT_TRUE(wait_status("i1", EventStatus::Retry));
   d.close();
@@ -337,6 +347,7 @@ TEST_F(DispatcherTest, ThrowingBeforeInterceptorFailsTheEvent) {
   o.interceptors = {
       EventInterceptor::before([](const EventEnvelope&) { throw std::runtime_error("vetoed"); })};
   OutboxDispatcher d(o);
+  d.start();
   d.enqueue_hot(queued(committed("X", "v1")));
   ASSERT_TRUE(wait_status("v1", EventStatus::Retry));
   EXPECT_EQ(row("v1")->last_error, "vetoed");
@@ -350,6 +361,7 @@ TEST_F(DispatcherTest, StatusWriteFailureIsCountedNotRetried) {
   o.store = std::make_shared<sqlite::SqliteOutboxStore>(
       sqlite::SqliteOutboxStore::Options{.table = "no_such_table"});
   OutboxDispatcher d(o);
+  d.start();
   d.enqueue_hot(queued(committed("A", "s1")));
   ASSERT_TRUE(wait_until([&] { return metrics->snapshot().status_update_failure == 1; }));
   d.close();
@@ -366,6 +378,7 @@ TEST_F(DispatcherTest, SameEventQueuedTwiceIsDeliveredOnce) {
     gate.wait();
   });
   OutboxDispatcher d(options());
+  d.start();
   auto e = committed("A", "d1");
   EXPECT_TRUE(d.enqueue_hot(queued(e)));
   ASSERT_TRUE(wait_until([&] { return calls.load() == 1; }));
@@ -382,6 +395,7 @@ TEST_F(DispatcherTest, EventCompletedDuringAScanIsNotQueuedByThatScan) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
   OutboxDispatcher d(options());
+  d.start();
   auto e = committed("A", "r1");
   const auto token = d.begin_scan();  // the poller's query would now read r1 as NEW
   d.enqueue_hot(queued(e));
@@ -398,6 +412,7 @@ TEST_F(DispatcherTest, WriterHookReservesBeforeCommitSoThePollerCannotDeliverFir
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
   OutboxDispatcher d(options());
+  d.start();
   DispatcherWriterHook hook(d, metrics);
   auto e = committed("A", "g1");
   hook.after_write({e});
@@ -421,6 +436,7 @@ TEST_F(DispatcherTest, WriterHookReservesBeforeCommitSoThePollerCannotDeliverFir
 
 TEST_F(DispatcherTest, WriterHookLeavesDelayedEventsToThePoller) {
   OutboxDispatcher d(options());
+  d.start();
   DispatcherWriterHook hook(d, metrics);
   auto delayed = EventEnvelope::builder(EventType::of("A"))
                      .deliver_after(std::chrono::hours(1))
@@ -448,6 +464,7 @@ TEST_F(DispatcherTest, TwoHotForOneColdWhenBothHaveWork) {
   auto o = options();
   o.worker_count = 1;
   OutboxDispatcher d(o);
+  d.start();
   d.enqueue_hot(queued(committed("Block", "block")));
   ASSERT_TRUE(wait_until([&] { return blocked.load(); }));
   for (int i = 0; i < 6; ++i) {
@@ -477,6 +494,7 @@ TEST_F(DispatcherTest, FullQueueAndClosedDispatcherRefuse) {
   o.worker_count = 1;
   o.hot_queue_capacity = 2;
   OutboxDispatcher d(o);
+  d.start();
   d.enqueue_hot(queued(committed("Block", "b")));
   ASSERT_TRUE(wait_until([&] { return blocked.load(); }));
   EXPECT_TRUE(d.enqueue_hot(queued(committed("A", "x0"))));
@@ -495,6 +513,7 @@ TEST_F(DispatcherTest, CloseDrainsQueuedEvents) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
   OutboxDispatcher d(options());
+  d.start();
   for (int i = 0; i < 200; ++i) {
     d.enqueue_hot(queued(committed("A", "q" + std::to_string(i))));
   }
@@ -514,6 +533,7 @@ TEST_F(DispatcherTest, DrainTimeoutLeavesTheRestInTheTable) {
   o.worker_count = 1;
   o.drain_timeout = std::chrono::milliseconds(0);
   auto d = std::make_unique<OutboxDispatcher>(o);
+  d->start();
   for (int i = 0; i < 10; ++i) {
     d->enqueue_hot(queued(committed("A", "t" + std::to_string(i))));
   }
@@ -536,6 +556,7 @@ TEST_F(DispatcherTest, DoneMarksAreBatchedByWindowAndSizeAndFlushedOnClose) {
   o.done_batch_window = std::chrono::hours(1);  // only the size limit or close() flush
   o.done_batch_max = 3;
   OutboxDispatcher d(o);
+  d.start();
   d.enqueue_hot(queued(committed("A", "w1")));
   d.enqueue_hot(queued(committed("A", "w2")));
   ASSERT_TRUE(wait_until([&] { return calls.load() == 2; }));
@@ -598,6 +619,7 @@ TEST_F(DispatcherTest, OrderedDropRefusesWhatAnEarlierScanStillHandsOver) {
   o.ordered = true;
   o.store = std::make_shared<testing::FailingDoneStore>(store, "e1");
   OutboxDispatcher d(o);
+  d.start();
   const auto early = d.begin_scan();  // this cycle reads e1 and e2
   ASSERT_EQ(d.try_enqueue_cold(QueuedEvent{e1, QueuedEvent::Source::Cold, 0, {}, early}),
             OutboxDispatcher::EnqueueResult::Queued);

@@ -82,6 +82,7 @@ int run(int argc, char** argv) {
       .retry_policy = std::make_shared<outbox::ExponentialBackoffRetryPolicy>(50ms, 1000ms),
       .claim_locking = outbox::ClaimLocking{node, lock_timeout},
   });
+  ob.start();
 
   int written = 0;
   for (int t = 0; written < events; ++t) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <map>
 
 #include "outbox/dead_event_manager.hpp"
@@ -50,6 +51,7 @@ TEST_F(OutboxTest, AcceptanceAtomicity) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("OrderPlaced"), [&](const auto&) { ++calls; });
   auto ob = Outbox::single_node(options());
+  ob.start();
   std::string id;
   {
     auto t = tx->begin();
@@ -73,6 +75,7 @@ TEST_F(OutboxTest, AcceptanceCommitAndFastPath) {
     ++calls;
   });
   auto ob = Outbox::single_node(options());
+  ob.start();
   auto id = commit_one(ob, "OrderPlaced", R"({"id":"o1"})");
   ASSERT_TRUE(wait_status(id, EventStatus::Done));
   ob.close();
@@ -95,6 +98,7 @@ TEST_F(OutboxTest, AcceptanceQueueOverflowDowngrade) {
   o.worker_count = 1;
   o.hot_queue_capacity = 1;
   auto ob = Outbox::single_node(o);
+  ob.start();
   // The poller's first cycle runs at start; let it pass so only this test's poll() calls poll.
   ASSERT_TRUE(wait_until([&] { return ob.poller()->completed_cycles() >= 1; }));
   auto block = commit_one(ob, "Block");
@@ -129,6 +133,7 @@ TEST_F(OutboxTest, AcceptanceRetryThenDead) {
   o.max_attempts = 3;
   o.clock = clock;
   auto ob = Outbox::single_node(o);
+  ob.start();
   auto id = commit_one(ob, "Bad");
   for (int attempt = 1; attempt <= 2; ++attempt) {
     ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_failure == attempt; }));
@@ -152,6 +157,7 @@ TEST_F(OutboxTest, DelayedEventSkipsTheHotPathAndIsPolledWhenDue) {
   auto o = options();
   o.clock = clock;
   auto ob = Outbox::single_node(o);
+  ob.start();
   std::string id;
   {
     auto t = tx->begin();
@@ -174,6 +180,7 @@ TEST_F(OutboxTest, DelayedEventSkipsTheHotPathAndIsPolledWhenDue) {
 TEST_F(OutboxTest, WriterRequiresATransactionAndHonoursHooks) {
   listeners->register_listener(EventType::of("E"), [](const auto&) {});
   auto ob = Outbox::single_node(options());
+  ob.start();
   EXPECT_THROW(ob.writer().write(EventType::of("E"), "{}"), std::logic_error);
   EXPECT_THROW(OutboxWriter(nullptr, store), std::invalid_argument);
 
@@ -215,6 +222,7 @@ TEST_F(OutboxTest, WriteAllUsesOneTransactionAndOneHotEnqueuePerEvent) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("E"), [&](const auto&) { ++calls; });
   auto ob = Outbox::single_node(options());
+  ob.start();
   std::vector<EventEnvelope> batch;
   for (int i = 0; i < 25; ++i) {
     batch.push_back(EventEnvelope::of_json(EventType::of("E"), "{}"));
@@ -240,6 +248,7 @@ TEST_F(OutboxTest, NoDuplicateDeliveryWhileThePollerRacesTheHotPath) {
   o.poll_interval = 1ms;      // poll constantly so it reads rows the hot path is delivering
   o.hot_queue_capacity = 16;  // force some events onto the cold path too
   auto ob = Outbox::single_node(o);
+  ob.start();
   constexpr int kThreads = 4;
   constexpr int kPerThread = 300;
   std::vector<std::thread> writers;
@@ -278,6 +287,7 @@ TEST_F(OutboxTest, MultiNodeRequiresClaimLockingAndClaimsPolledRows) {
   auto o = options();
   o.claim_locking = ClaimLocking{"node-a", std::chrono::milliseconds(60000)};
   auto ob = Outbox::multi_node(o);
+  ob.start();
   ASSERT_TRUE(wait_until([&] {
     ob.poller()->poll();
     return count(EventStatus::Done) == 1;
@@ -300,6 +310,7 @@ TEST_F(OutboxTest, OrderedModeDeliversInInsertionOrderAndFailsStraightToDead) {
   o.worker_count = 8;   // forced to 1
   o.max_attempts = 10;  // forced to 1
   auto ob = Outbox::ordered(o);
+  ob.start();
   std::string third;
   for (int i = 1; i <= 6; ++i) {
     auto id = commit_one(ob, "Step", "\"" + std::to_string(i) + "\"");
@@ -338,6 +349,7 @@ TEST_F(OutboxTest, OrderedModeDeferralHoldsLaterEventsBack) {
     }
   });
   auto ob = Outbox::ordered(options());
+  ob.start();
   for (int i = 1; i <= 3; ++i) {
     auto t = tx->begin();
     ob.writer().write(EventEnvelope::builder(EventType::of("Step"))
@@ -363,6 +375,7 @@ TEST_F(OutboxTest, OrderedModeHugeDeferralWaitsInsteadOfSpinning) {
     throw RetryLater(std::chrono::milliseconds::max(), "come back much later", false);
   });
   auto ob = Outbox::ordered(options());
+  ob.start();
   commit_one(ob, "Step");
   ASSERT_TRUE(wait_until([&] {
     ob.poller()->poll();
@@ -402,6 +415,7 @@ TEST_F(OutboxTest, OrderedModeFailedStatusWriteDoesNotLetLaterEventsOvertake) {
   }
   o.store = std::make_shared<testing::FailingDoneStore>(store, first);
   auto ob = Outbox::ordered(o);
+  ob.start();
   ASSERT_TRUE(wait_until([&] {
     ob.poller()->poll();
     return count(EventStatus::Done) == 3;
@@ -456,7 +470,8 @@ TEST_F(OutboxTest, WriterOnlyPurgesByAge) {
     commit_one(w, "E");
   }
   EXPECT_EQ(count(EventStatus::New), 2);
-  auto ob = Outbox::writer_only(o);  // the purge schedule runs once at start
+  auto ob = Outbox::writer_only(o);
+  ob.start();  // the purge schedule runs once at start
   ASSERT_TRUE(wait_until([&] { return count(EventStatus::New) == 0; }));
   ob.close();
 }
@@ -539,6 +554,7 @@ TEST_F(OutboxTest, CloseDrainsAndLaterWritesStayForTheNextProcess) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("E"), [&](const auto&) { ++calls; });
   auto ob = Outbox::single_node(options());
+  ob.start();
   for (int i = 0; i < 50; ++i) {
     commit_one(ob, "E");
   }
@@ -548,6 +564,67 @@ TEST_F(OutboxTest, CloseDrainsAndLaterWritesStayForTheNextProcess) {
   EXPECT_EQ(status(late), EventStatus::New);
   EXPECT_EQ(metrics->snapshot().hot_dropped, 1);
   ob.close();
+}
+
+// Every process thread, counted from /proc: what "starts no thread" means.
+std::size_t thread_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    ++n;
+  }
+  return n;
+}
+
+TEST_F(OutboxTest, NothingRunsBeforeStartAndWrittenEventsWaitForIt) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("E"), [&](const auto&) { ++calls; });
+  auto o = options();
+  o.poll_interval = 20ms;
+  o.purger = std::make_shared<sqlite::SqliteEventPurger>();
+  const auto before = thread_count();
+  auto ob = Outbox::single_node(o);
+  EXPECT_EQ(thread_count(), before);    // no worker, flusher, poller or purge thread yet
+  const auto id = commit_one(ob, "E");  // queued on the hot path, nobody to run it
+  EXPECT_EQ(thread_count(), before);
+  EXPECT_EQ(ob.poller()->completed_cycles(), 0u);
+  EXPECT_EQ(calls.load(), 0);
+  ob.start();
+  EXPECT_GT(thread_count(), before);
+  ASSERT_TRUE(wait_until([&] { return status(id) == EventStatus::Done; }));
+  EXPECT_EQ(calls.load(), 1);
+  ob.start();  // idempotent
+  ob.close();
+  EXPECT_THROW(ob.start(), std::logic_error);
+}
+
+TEST_F(OutboxTest, ClosingBeforeStartLeavesWrittenEventsInTheTable) {
+  auto ob = Outbox::single_node(options());
+  const auto id = commit_one(ob, "E");
+  ob.close();
+  EXPECT_EQ(status(id), EventStatus::New);
+}
+
+TEST_F(OutboxTest, ATransactionThatOutlivesItsOutboxCommitsWithoutIt) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("E"), [&](const auto&) { ++calls; });
+  std::string id;
+  {
+    auto t = tx->begin();
+    {
+      auto ob = Outbox::single_node(options());
+      ob.start();
+      id = *ob.writer().write(EventType::of("E"), "{}");
+    }  // the Outbox, its dispatcher and its writer are gone; the transaction holds the hook
+    t.commit();  // the hook finds no dispatcher: the row waits for the next process
+  }
+  EXPECT_EQ(status(id), EventStatus::New);
+  EXPECT_EQ(calls.load(), 0);
+  auto next = Outbox::single_node(options());
+  next.start();
+  next.poller()->poll();
+  ASSERT_TRUE(wait_until([&] { return status(id) == EventStatus::Done; }));
+  EXPECT_EQ(calls.load(), 1);
 }
 
 }  // namespace

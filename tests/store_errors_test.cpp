@@ -349,6 +349,7 @@ TEST_P(StoreErrors, UnansweredCommitLeavesTheEventsToThePoller) {
       o.claim_locking = ClaimLocking{.owner = "node-a", .lock_timeout = 2s};
     }
     auto ob = multi ? Outbox::multi_node(std::move(o)) : Outbox::single_node(std::move(o));
+    ob.start();
     TransactionManager unanswered(std::make_shared<UnansweredCommitProvider>(pool_), context_);
     const std::string id = multi ? "unanswered-multi" : "unanswered-single";
     {

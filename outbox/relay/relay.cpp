@@ -287,7 +287,7 @@ void Relay::start() {
   if (impl_->admin) {
     impl_->admin->start();
   }
-  impl_->outbox->poller()->start();
+  impl_->outbox->start();
   log(LogLevel::Info, "relay started: " + std::to_string(impl_->config.routes.size()) +
                           " routes, " + std::to_string(impl_->publishers.size()) + " publishers" +
                           (impl_->admin ? ", admin on " + impl_->config.admin.host + ":" +

@@ -36,6 +36,7 @@ bool deliver_one(const std::shared_ptr<outbox::sql::ConnectionPool>& pool,
                                          .store = store,
                                          .listeners = listeners,
                                          .poll_interval = 50ms});
+  ob.start();
   outbox::TransactionManager tx(pool, tx_context);
   {
     auto t = tx.begin();
