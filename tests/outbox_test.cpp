@@ -1,5 +1,5 @@
-// The Outbox composite end to end on a real SQLite file, including the four acceptance tests of
-// original-core-spec.md §14.
+// The Outbox composite end to end on a real SQLite file, including four acceptance tests:
+// atomicity, the hot path, the downgrade to the poller, and retries up to DEAD.
 
 #include "outbox/outbox.hpp"
 

@@ -14,6 +14,7 @@
 #include "outbox/sqlite/driver.hpp"
 #include "outbox/sqlite/store.hpp"
 #include "outbox/store.hpp"
+#include "outbox/testing/in_memory.hpp"
 #include "tests/support/servers.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -60,6 +61,21 @@ BackendFactory sqlite_backend() {
             b.purger = std::make_shared<outbox::sqlite::SqliteEventPurger>();
             b.age_purger = std::make_shared<outbox::sqlite::SqliteAgeBasedPurger>();
             b.keep_alive = dir;
+            return b;
+          }};
+}
+
+// The in-memory store of outbox::testing: the same contract without a database (it runs no SQL,
+// so the cases that change rows by hand are left out of its run in tests/CMakeLists.txt).
+BackendFactory memory_backend() {
+  return {"memory", [] { return std::optional<std::string>(""); },
+          [](const std::string&) {
+            StoreBackend b;
+            b.conn = std::make_unique<outbox::testing::InMemoryConnection>(
+                std::make_shared<outbox::testing::InMemoryDatabase>());
+            b.store = std::make_shared<outbox::testing::InMemoryOutboxStore>();
+            b.purger = std::make_shared<outbox::testing::InMemoryEventPurger>();
+            b.age_purger = std::make_shared<outbox::testing::InMemoryAgeBasedPurger>();
             return b;
           }};
 }
@@ -605,7 +621,8 @@ TEST_P(StoreContract, AStaleOwnerCannotOverwriteTheNewOwnersOutcome) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, StoreContract,
-                         ::testing::Values(sqlite_backend(), postgres_backend(), mysql_backend()),
+                         ::testing::Values(sqlite_backend(), postgres_backend(), mysql_backend(),
+                                           memory_backend()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(TableNames, AreValidated) {

@@ -16,24 +16,6 @@
 
 namespace outbox::testing {
 
-/// A clock the test moves by hand. Thread-safe.
-class ManualClock final : public Clock {
- public:
-  explicit ManualClock(Timestamp start = std::chrono::system_clock::now()) : now_(start) {}
-  Timestamp now() const override {
-    std::lock_guard lock(mutex_);
-    return now_;
-  }
-  void advance(std::chrono::microseconds d) {
-    std::lock_guard lock(mutex_);
-    now_ += d;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  Timestamp now_;
-};
-
 class SqliteFixture : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -66,27 +48,6 @@ class SqliteFixture : public ::testing::Test {
   std::shared_ptr<ThreadLocalTxContext> tx_context;
   std::unique_ptr<TransactionManager> tx;
   std::shared_ptr<DefaultListenerRegistry> listeners;
-};
-
-/// A one-shot gate listeners can block on until the test opens it.
-class Gate {
- public:
-  void open() {
-    {
-      std::lock_guard lock(mutex_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mutex_);
-    cv_.wait(lock, [&] { return open_; });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool open_ = false;
 };
 
 }  // namespace outbox::testing

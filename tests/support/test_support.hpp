@@ -2,12 +2,16 @@
 // Helpers shared by the tests: throwaway directories and bounded waiting on a condition.
 
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 
 #include <stdlib.h>
+
+#include "outbox/clock.hpp"
 
 namespace outbox::testing {
 
@@ -49,5 +53,44 @@ inline bool wait_until(const std::function<bool()>& condition,
   }
   return true;
 }
+
+/// A clock the test moves by hand. Thread-safe.
+class ManualClock final : public Clock {
+ public:
+  explicit ManualClock(Timestamp start = std::chrono::system_clock::now()) : now_(start) {}
+  Timestamp now() const override {
+    std::lock_guard lock(mutex_);
+    return now_;
+  }
+  void advance(std::chrono::microseconds d) {
+    std::lock_guard lock(mutex_);
+    now_ += d;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  Timestamp now_;
+};
+
+/// A one-shot gate listeners can block on until the test opens it.
+class Gate {
+ public:
+  void open() {
+    {
+      std::lock_guard lock(mutex_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return open_; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool open_ = false;
+};
 
 }  // namespace outbox::testing

@@ -8,7 +8,7 @@
 #include "outbox/metrics.hpp"
 #include "outbox/retry_policy.hpp"
 #include "tests/support/failing_store.hpp"
-#include "tests/support/sqlite_fixture.hpp"
+#include "tests/support/memory_fixture.hpp"
 
 namespace outbox {
 namespace {
@@ -17,7 +17,7 @@ using namespace std::chrono_literals;
 using testing::Gate;
 using testing::wait_until;
 
-class DispatcherTest : public testing::SqliteFixture {
+class DispatcherTest : public testing::MemoryFixture {
  protected:
   OutboxDispatcher::Options options() {
     return {.connection_provider = pool,
@@ -358,8 +358,7 @@ TEST_F(DispatcherTest, StatusWriteFailureIsCountedNotRetried) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
   auto o = options();
-  o.store = std::make_shared<sqlite::SqliteOutboxStore>(
-      sqlite::SqliteOutboxStore::Options{.table = "no_such_table"});
+  o.store = std::make_shared<testing::FailingDoneStore>(store, "s1");
   OutboxDispatcher d(o);
   d.start();
   d.enqueue_hot(queued(committed("A", "s1")));
