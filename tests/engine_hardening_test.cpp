@@ -321,6 +321,34 @@ TEST_F(MariaDbHardening, BatchesLargerThanThePacketLimitAreSplitByBytes) {
   EXPECT_EQ(store_->count_by_status(*conn_)[0], static_cast<std::int64_t>(events_needed));
 }
 
+TEST_F(MariaDbHardening, APacketLimitLoweredLaterStillSplitsBatches) {
+  // Found breaking issue 11: the budget was read once per store, so a session that connected
+  // after the global limit went down got one statement over its limit ("server has gone away").
+  store_->insert_batch(*conn_, {EventEnvelope::of_json(EventType::of("Warm"), "{}"),
+                                EventEnvelope::of_json(EventType::of("Warm"), "{}")});
+  const auto before = conn_->query("SELECT @@GLOBAL.max_allowed_packet")[0].get_int(0);
+  std::unique_ptr<sql::Connection> small;
+  {
+    conn_->execute("SET GLOBAL max_allowed_packet = 2097152");
+    // Restored at once, failure or not: other tests share the server.
+    struct Restore {
+      sql::Connection& conn;
+      std::int64_t value;
+      ~Restore() { conn.execute("SET GLOBAL max_allowed_packet = " + std::to_string(value)); }
+    } restore{*conn_, before};
+    small = mysql::connect(url_);
+  }
+  ASSERT_EQ(small->query("SELECT @@max_allowed_packet")[0].get_int(0), 2097152);
+  std::vector<EventEnvelope> events;
+  for (int i = 0; i < 6; ++i) {
+    events.push_back(EventEnvelope::builder(EventType::of("Big"))
+                         .payload_bytes(std::vector<std::uint8_t>(1'000'000, 'x'))
+                         .build());
+  }
+  store_->insert_batch(*small, events);
+  EXPECT_EQ(store_->count_by_status(*conn_)[0], 8);
+}
+
 TEST_F(MariaDbHardening, HeadersAreMeasuredAsEncoded) {
   // Found breaking the fix: control characters grow sixfold in JSON (\u0001), so headers
   // measured by their text put a statement over the packet limit.

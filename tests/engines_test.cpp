@@ -283,5 +283,27 @@ TEST(Detection, OpenPoolByUrlAndMigrateSqlite) {
   EXPECT_THROW(open_pool("sqlite://"), std::invalid_argument);
 }
 
+// Found breaking issue 11: an unrecognised URL was repeated up to its first ':' (the password of
+// "user:secret@host"), and a libpq connection string whose value held "://" was not recognised.
+TEST(Detection, UnknownUrlsRepeatOnlyTheirScheme) {
+  auto message = [](const std::string& url) {
+    try {
+      open_pool(url);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const auto redis = message("redis://user:s3cret@host");
+  EXPECT_NE(redis.find("redis://"), std::string::npos) << redis;
+  EXPECT_EQ(redis.find("s3cret"), std::string::npos) << redis;
+  const auto bare = message("user:s3cret@host/db");
+  EXPECT_EQ(bare.find("s3cret"), std::string::npos) << bare;
+  EXPECT_NE(bare.find("unsupported database URL"), std::string::npos) << bare;
+  // A key=value string is PostgreSQL's whatever its values hold: connecting is what fails.
+  EXPECT_THROW(open_pool("host=127.0.0.1 port=1 password=p://w connect_timeout=2")->acquire(),
+               StoreError);
+}
+
 }  // namespace
 }  // namespace outbox

@@ -47,8 +47,15 @@ std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size
                                   "' URLs in this build");
     }
   }
-  throw std::invalid_argument("unsupported database URL '" + url.substr(0, url.find(':')) +
-                              ":…': use sqlite:///path.db, postgresql://… or mysql://…");
+  // Only a scheme is repeated: the rest of an unrecognised string may hold a password.
+  const auto colon = url.find("://");
+  const std::string scheme = colon == std::string::npos ? std::string() : url.substr(0, colon);
+  const bool plain =
+      !scheme.empty() && scheme.size() <= 32 &&
+      scheme.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789+.-") == std::string::npos;
+  throw std::invalid_argument((plain ? "unsupported database URL scheme '" + scheme + "://'"
+                                     : std::string("unsupported database URL")) +
+                              ": use sqlite:///path.db, postgresql://… or mysql://…");
 }
 
 }  // namespace outbox

@@ -116,16 +116,13 @@ MySqlOutboxStore::MySqlOutboxStore(Options options)
 
 std::size_t MySqlOutboxStore::insert_byte_budget(sql::Connection& conn) {
   // One statement larger than max_allowed_packet fails as "server has gone away" (20 events of
-  // 1 MiB once did under the 16 MiB default).
-  if (const std::size_t known = packet_budget_.load(); known != 0) {
-    return known;
-  }
+  // 1 MiB once did under the 16 MiB default). Asked on this connection for every multi-row
+  // insert: the limit is the session's, fixed when it connected, and a lowered global one (or a
+  // pool of sessions from before and after the change) differs per connection.
   const auto rows = conn.query("SELECT @@max_allowed_packet");
   const auto limit = rows.empty() ? 0 : rows[0].get_int(0);
   // Half of it leaves room for the statement text, escaping and the protocol's own overhead.
-  const std::size_t budget = std::max<std::size_t>(64 * 1024, static_cast<std::size_t>(limit) / 2);
-  packet_budget_ = budget;
-  return budget;
+  return std::max<std::size_t>(64 * 1024, static_cast<std::size_t>(limit) / 2);
 }
 
 std::vector<std::string> MySqlOutboxStore::renew_claims(sql::Connection& conn,

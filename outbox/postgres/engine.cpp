@@ -8,12 +8,16 @@ namespace outbox::postgres {
 const sql::Engine& engine() {
   static const sql::Engine instance{
       .name = "postgres",
-      // A URL, or a libpq "key=value" connection string.
+      // A URL, or a libpq "key=value" connection string (whose values may hold "://").
       .accepts =
           [](std::string_view url) {
-            return url.starts_with("postgresql://") || url.starts_with("postgres://") ||
-                   (url.find('=') != std::string_view::npos &&
-                    url.find("://") == std::string_view::npos);
+            if (url.starts_with("postgresql://") || url.starts_with("postgres://")) {
+              return true;
+            }
+            const auto eq = url.find('=');
+            const auto key = url.substr(0, eq);
+            return eq != std::string_view::npos && eq < url.find("://") && !key.empty() &&
+                   key.find_first_not_of(" abcdefghijklmnopqrstuvwxyz_") == std::string_view::npos;
           },
       .open_pool =
           [](const std::string& url, const sql::PoolOptions& options) {
