@@ -189,24 +189,18 @@ int InMemoryOutboxStore::mark_done_batch(sql::Connection& conn,
 int InMemoryOutboxStore::mark_retry(sql::Connection& conn, std::string_view event_id, Timestamp now,
                                     std::chrono::milliseconds delay, std::string_view error,
                                     std::string_view owner) {
-  auto& db = memory(conn).database();
-  std::lock_guard lock(db.mutex_);
-  return change_row(db.ids_, db.rows_, event_id, [&](OutboxEvent& e) {
-    if (!updatable(e, owner)) {
-      return false;
-    }
-    e.status = EventStatus::Retry;
-    ++e.attempts;
-    e.available_at = now + clamp_delay(delay);
-    e.last_error = truncate_error(error);
-    clear_claim(e);
-    return true;
-  });
+  return reschedule(conn, event_id, now, delay, error, true, owner);
 }
 
 int InMemoryOutboxStore::mark_deferred(sql::Connection& conn, std::string_view event_id,
                                        Timestamp now, std::chrono::milliseconds delay,
                                        std::string_view reason, std::string_view owner) {
+  return reschedule(conn, event_id, now, delay, reason, false, owner);
+}
+
+int InMemoryOutboxStore::reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                                    std::chrono::milliseconds delay, std::string_view message,
+                                    bool count_attempt, std::string_view owner) {
   auto& db = memory(conn).database();
   std::lock_guard lock(db.mutex_);
   return change_row(db.ids_, db.rows_, event_id, [&](OutboxEvent& e) {
@@ -214,8 +208,9 @@ int InMemoryOutboxStore::mark_deferred(sql::Connection& conn, std::string_view e
       return false;
     }
     e.status = EventStatus::Retry;
+    e.attempts += count_attempt ? 1 : 0;
     e.available_at = now + clamp_delay(delay);
-    e.last_error = truncate_error(reason);
+    e.last_error = truncate_error(message);
     clear_claim(e);
     return true;
   });

@@ -118,6 +118,9 @@ class InMemoryOutboxStore final : public OutboxStore {
   std::optional<Timestamp> oldest_pending(sql::Connection& conn) override;
 
  private:
+  int reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
+                 std::chrono::milliseconds delay, std::string_view message, bool count_attempt,
+                 std::string_view owner);
   const JsonCodec& codec_;
 };
 

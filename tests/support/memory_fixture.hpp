@@ -13,22 +13,9 @@
 
 namespace outbox::testing {
 
-class MemoryFixture : public ::testing::Test {
+class MemoryFixture : public ::testing::Test, public RowQueries<MemoryFixture> {
  protected:
-  std::optional<OutboxEvent> row(const std::string& id) {
-    return store->find(*pool->acquire(), id);
-  }
-  EventStatus status(const std::string& id) { return row(id).value().status; }
-  std::int64_t count(EventStatus s) {
-    return store->count_by_status(*pool->acquire())[static_cast<std::size_t>(s)];
-  }
-  /// Waits (bounded) until the row has status `s`.
-  bool wait_status(const std::string& id, EventStatus s) {
-    return wait_until([&] {
-      auto r = row(id);
-      return r && r->status == s;
-    });
-  }
+  friend class RowQueries<MemoryFixture>;
 
   std::shared_ptr<InMemoryDatabase> database = std::make_shared<InMemoryDatabase>();
   std::shared_ptr<sql::ConnectionPool> pool = make_in_memory_pool(database);

@@ -16,7 +16,7 @@
 
 namespace outbox::testing {
 
-class SqliteFixture : public ::testing::Test {
+class SqliteFixture : public ::testing::Test, public RowQueries<SqliteFixture> {
  protected:
   void SetUp() override {
     pool = sqlite::make_pool(dir.file("outbox.db"), 8);
@@ -27,20 +27,7 @@ class SqliteFixture : public ::testing::Test {
     listeners = std::make_shared<DefaultListenerRegistry>();
   }
 
-  std::optional<OutboxEvent> row(const std::string& id) {
-    return store->find(*pool->acquire(), id);
-  }
-  EventStatus status(const std::string& id) { return row(id).value().status; }
-  std::int64_t count(EventStatus s) {
-    return store->count_by_status(*pool->acquire())[static_cast<std::size_t>(s)];
-  }
-  /// Waits (bounded) until the row has status `s`.
-  bool wait_status(const std::string& id, EventStatus s) {
-    return wait_until([&] {
-      auto r = row(id);
-      return r && r->status == s;
-    });
-  }
+  friend class RowQueries<SqliteFixture>;
 
   TempDir dir;
   std::shared_ptr<sql::ConnectionPool> pool;

@@ -6,12 +6,16 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include <stdlib.h>
 
 #include "outbox/clock.hpp"
+#include "outbox/sql/connection.hpp"
+#include "outbox/sql/pool.hpp"
+#include "outbox/store.hpp"
 
 namespace outbox::testing {
 
@@ -91,6 +95,30 @@ class Gate {
   std::mutex mutex_;
   std::condition_variable cv_;
   bool open_ = false;
+};
+
+/// Row queries for a fixture with `pool` and `store` members (CRTP: Fixture derives from
+/// RowQueries<Fixture> and befriends it).
+template <typename Fixture>
+class RowQueries {
+ public:
+  std::optional<OutboxEvent> row(const std::string& id) {
+    return self().store->find(*self().pool->acquire(), id);
+  }
+  EventStatus status(const std::string& id) { return row(id).value().status; }
+  std::int64_t count(EventStatus s) {
+    return self().store->count_by_status(*self().pool->acquire())[static_cast<std::size_t>(s)];
+  }
+  /// Waits (bounded) until the row has status `s`.
+  bool wait_status(const std::string& id, EventStatus s) {
+    return wait_until([&] {
+      auto r = row(id);
+      return r && r->status == s;
+    });
+  }
+
+ private:
+  Fixture& self() { return static_cast<Fixture&>(*this); }
 };
 
 }  // namespace outbox::testing
