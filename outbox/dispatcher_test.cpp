@@ -650,5 +650,34 @@ TEST_F(DispatcherTest, OrderedDropRefusesWhatAnEarlierScanStillHandsOver) {
   EXPECT_EQ(seen, (std::vector<std::string>{"e1", "e1", "e2"}));
 }
 
+// Found breaking issue 11: a deadlock on a RETRY/DEAD write was taken for a refused value and the
+// listener's message replaced by "(message not storable) …".
+TEST_F(DispatcherTest, ADeadlockedStatusWriteIsWrittenAgainWithItsMessage) {
+  class DeadlockOnce final : public testing::ForwardingStore {
+   public:
+    using ForwardingStore::ForwardingStore;
+    int mark_retry(sql::Connection& c, std::string_view id, Timestamp now,
+                   std::chrono::milliseconds d, std::string_view e, std::string_view o) override {
+      if (!failed_.exchange(true)) {
+        throw StoreError("deadlock detected", "40P01");
+      }
+      return inner_->mark_retry(c, id, now, d, e, o);
+    }
+
+   private:
+    std::atomic<bool> failed_{false};
+  };
+  listeners->register_listener(
+      EventType::of("A"), [](const EventEnvelope&) { throw std::runtime_error("broker said no"); });
+  auto o = options();
+  o.store = std::make_shared<DeadlockOnce>(store);
+  OutboxDispatcher d(o);
+  d.start();
+  d.enqueue_hot(queued(committed("A", "dl1")));
+  ASSERT_TRUE(wait_status("dl1", EventStatus::Retry));
+  EXPECT_EQ(row("dl1")->last_error, "broker said no");
+  EXPECT_EQ(metrics->snapshot().status_update_failure, 0);
+}
+
 }  // namespace
 }  // namespace outbox

@@ -80,6 +80,21 @@ bool StatusWriter::write(const std::string& event_id, const StatusChange& change
       if (conn->is_broken() || conn->in_transaction()) {
         throw;
       }
+      // A deadlock or serialization failure says nothing about the values: the same write
+      // again, with the listener's own message (twice at most, as the DONE flusher does).
+      if (first.sqlstate() == "40P01" || first.sqlstate() == "40001") {
+        for (int attempt = 2;; ++attempt) {
+          try {
+            write_once(*conn, event_id, change, change.message);
+            return true;
+          } catch (const StoreError& again) {
+            const bool transient = again.sqlstate() == "40P01" || again.sqlstate() == "40001";
+            if (attempt >= 3 || !transient || conn->is_broken()) {
+              throw;
+            }
+          }
+        }
+      }
       // Not the link: something in the row's new values (an error text the engine refuses).
       // Once more with a message that any engine stores, rather than leave the row pending
       // forever.
