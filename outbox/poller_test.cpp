@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include "outbox/dispatcher.hpp"
+#include "outbox/errors.hpp"
 #include "outbox/metrics.hpp"
-#include "tests/support/sqlite_fixture.hpp"
+#include "tests/support/failing_store.hpp"
+#include "tests/support/memory_fixture.hpp"
 
 namespace outbox {
 namespace {
@@ -32,7 +34,7 @@ class RecordingHandler final : public OutboxPollerHandler {
   std::atomic<int> cycles{0};
 };
 
-class PollerTest : public testing::SqliteFixture {
+class PollerTest : public testing::MemoryFixture {
  protected:
   OutboxPoller::Options options() {
     return {.connection_provider = pool,
@@ -151,8 +153,25 @@ TEST_F(PollerTest, SkipRecentLeavesYoungRowsToTheHotPath) {
 TEST_F(PollerTest, UndecodableHeadersGoDeadWithTheError) {
   insert("good", clock->now() - 1s);
   insert("bad", clock->now() - 2s);
-  pool->acquire()->execute("UPDATE outbox_event SET headers = '{\"k\": 42' WHERE event_id = 'bad'");
-  OutboxPoller p(options());
+  // A row whose headers another producer wrote as broken JSON.
+  class BrokenHeaders final : public testing::ForwardingStore {
+   public:
+    using ForwardingStore::ForwardingStore;
+    std::vector<OutboxEvent> poll_pending(sql::Connection& c, Timestamp now,
+                                          std::chrono::microseconds skip, int limit,
+                                          const PendingKey* after) override {
+      auto rows = inner_->poll_pending(c, now, skip, limit, after);
+      for (auto& r : rows) {
+        if (r.event_id == "bad") {
+          r.headers_json = R"({"k": 42)";
+        }
+      }
+      return rows;
+    }
+  };
+  auto o = options();
+  o.store = std::make_shared<BrokenHeaders>(store);
+  OutboxPoller p(o);
   EXPECT_EQ(p.poll(), 1);
   EXPECT_EQ(handler->ids, std::vector<std::string>{"good"});
   auto r = row("bad");
@@ -216,7 +235,16 @@ TEST_F(PollerTest, PollAfterCloseHandsNothingOver) {
 TEST_F(PollerTest, DatabaseErrorsAreLoggedNotThrownAndBackOff) {
   auto o = options();
   o.interval = 1s;
-  o.store = std::make_shared<sqlite::SqliteOutboxStore>(sqlite::SqliteOutboxStore::Options{.table = "missing"});
+  // Every read fails, as on a table that is gone.
+  class Unreachable final : public testing::ForwardingStore {
+   public:
+    using ForwardingStore::ForwardingStore;
+    std::vector<OutboxEvent> poll_pending(sql::Connection&, Timestamp, std::chrono::microseconds,
+                                          int, const PendingKey*) override {
+      throw StoreError("no such table: missing");
+    }
+  };
+  o.store = std::make_shared<Unreachable>(store);
   OutboxPoller p(o);
   EXPECT_EQ(p.next_wait(), 1s);
   EXPECT_EQ(p.poll(), 0);
