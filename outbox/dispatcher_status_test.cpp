@@ -1,0 +1,192 @@
+// The dispatcher's outcomes: retries, deferrals, DEAD, and status writes that fail.
+#include "outbox/dispatcher.hpp"
+#include "outbox/dispatcher_writer_hook.hpp"
+
+#include <gtest/gtest.h>
+
+#include "outbox/errors.hpp"
+#include "outbox/interceptor.hpp"
+#include "outbox/metrics.hpp"
+#include "outbox/retry_policy.hpp"
+#include "tests/support/dispatcher_fixture.hpp"
+#include "tests/support/failing_store.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::BatchRegistry;
+using testing::DispatcherTest;
+using testing::Gate;
+using testing::wait_until;
+
+TEST_F(DispatcherTest, UnroutableGoesDeadOnceWithoutCountingAnAttempt) {
+  OutboxDispatcher d(options());
+  d.start();
+  d.enqueue_hot(queued(committed("Nobody", "u1")));
+  ASSERT_TRUE(wait_status("u1", EventStatus::Dead));
+  auto r = row("u1");
+  EXPECT_EQ(r->attempts, 0);
+  EXPECT_NE(r->last_error->find("no listener"), std::string::npos);
+  d.close();
+  EXPECT_EQ(metrics->snapshot().dispatch_dead, 1);
+  EXPECT_EQ(metrics->snapshot().dispatch_failure, 0);
+}
+
+TEST_F(DispatcherTest, PermanentFailureGoesDeadAtOnceWithItsReason) {
+  listeners->register_listener(EventType::of("P"), [](const EventEnvelope&) {
+    throw PermanentFailure("HTTP 400: bad amount");
+  });
+  OutboxDispatcher d(options());
+  d.start();
+  d.enqueue_hot(queued(committed("P", "p1")));  // attempts 0 of max 3: no retry even so
+  ASSERT_TRUE(wait_status("p1", EventStatus::Dead));
+  auto r = row("p1");
+  EXPECT_EQ(r->attempts, 1);
+  EXPECT_EQ(r->last_error, "HTTP 400: bad amount");
+  d.close();
+  EXPECT_EQ(metrics->snapshot().dispatch_dead, 1);
+}
+
+TEST_F(DispatcherTest, FailureRetriesWithBackoffThenDeadAtMaxAttempts) {
+  listeners->register_listener(
+      EventType::of("F"), [](const EventEnvelope&) { throw std::runtime_error("downstream"); });
+  OutboxDispatcher d(options());
+  d.start();
+  const auto before = std::chrono::system_clock::now();
+  auto e = committed("F", "f1");
+  d.enqueue_hot(queued(e));
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_failure == 1; }));
+  auto r = row("f1");
+  EXPECT_EQ(r->attempts, 1);
+  EXPECT_EQ(r->last_error, "downstream");
+  EXPECT_GE(r->available_at, before + 1000ms);
+  // Second failure (attempts 1 → 2) retries; third reaches max_attempts = 3 and goes DEAD.
+  d.enqueue_cold(queued(e, 1));
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_failure == 2; }));
+  EXPECT_EQ(row("f1")->attempts, 2);
+  EXPECT_EQ(status("f1"), EventStatus::Retry);
+  d.enqueue_cold(queued(e, 2));
+  ASSERT_TRUE(wait_status("f1", EventStatus::Dead));
+  EXPECT_EQ(row("f1")->attempts, 3);
+  d.close();
+  EXPECT_EQ(metrics->snapshot().dispatch_failure, 2);
+  EXPECT_EQ(metrics->snapshot().dispatch_dead, 1);
+}
+
+TEST_F(DispatcherTest, RetryLaterDefersWithoutCountingOrCountsWhenAsked) {
+  listeners->register_listener(EventType::of("Later"), [](const EventEnvelope&) {
+    throw RetryLater(std::chrono::minutes(2), "rate limited");
+  });
+  listeners->register_listener(EventType::of("Counted"), [](const EventEnvelope&) {
+    throw RetryLater(std::chrono::minutes(3), "busy", true);
+  });
+  OutboxDispatcher d(options());
+  d.start();
+  const auto before = std::chrono::system_clock::now();
+  auto later = committed("Later", "l1");
+  d.enqueue_hot(queued(later, 2));  // even at attempts = max - 1 a deferral never goes DEAD
+  auto counted = committed("Counted", "c1");
+  d.enqueue_hot(queued(counted));
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_failure == 2; }));
+  EXPECT_EQ(status("l1"), EventStatus::Retry);
+  EXPECT_EQ(status("c1"), EventStatus::Retry);
+  EXPECT_EQ(row("l1")->attempts, 0);
+  EXPECT_GE(row("l1")->available_at, before + 2min);
+  EXPECT_EQ(row("l1")->last_error, "rate limited");
+  EXPECT_EQ(row("c1")->attempts, 1);
+  EXPECT_GE(row("c1")->available_at, before + 3min);
+  // A counted retry at the last attempt goes DEAD.
+  d.enqueue_cold(queued(counted, 2));
+  ASSERT_TRUE(wait_status("c1", EventStatus::Dead));
+}
+
+TEST_F(DispatcherTest, RetryLaterWithoutAWaitCountsTheAttemptAndBacksOff) {
+  listeners->register_listener(EventType::of("Now"), [](const EventEnvelope&) {
+    throw RetryLater(std::chrono::milliseconds(0), "again");
+  });
+  listeners->register_listener(EventType::of("Past"), [](const EventEnvelope&) {
+    throw RetryLater(std::chrono::milliseconds(-5000), "again");
+  });
+  OutboxDispatcher d(options());
+  d.start();
+  const auto before = std::chrono::system_clock::now();
+  auto now = committed("Now", "n1");
+  d.enqueue_hot(queued(now));
+  auto past = committed("Past", "p1");
+  d.enqueue_hot(queued(past, 2));
+  ASSERT_TRUE(wait_status("p1", EventStatus::Dead));  // the last attempt: DEAD, not forever
+  ASSERT_TRUE(wait_status("n1", EventStatus::Retry));
+  EXPECT_EQ(row("n1")->attempts, 1);
+  EXPECT_GT(row("n1")->available_at, before);  // the retry policy's backoff, not zero
+}
+
+TEST_F(DispatcherTest, StatusWriteFailureIsCountedNotRetried) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
+  auto o = options();
+  o.store = std::make_shared<testing::FailingDoneStore>(store, "s1");
+  OutboxDispatcher d(o);
+  d.start();
+  d.enqueue_hot(queued(committed("A", "s1")));
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().status_update_failure == 1; }));
+  d.close();
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(metrics->snapshot().dispatch_failure, 0);
+  EXPECT_EQ(status("s1"), EventStatus::New);  // left for the poller
+}
+
+TEST_F(DispatcherTest, DoneMarksAreBatchedByWindowAndSizeAndFlushedOnClose) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
+  auto o = options();
+  o.done_batch_window = std::chrono::hours(1);  // only the size limit or close() flush
+  o.done_batch_max = 3;
+  OutboxDispatcher d(o);
+  d.start();
+  d.enqueue_hot(queued(committed("A", "w1")));
+  d.enqueue_hot(queued(committed("A", "w2")));
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 2; }));
+  EXPECT_EQ(status("w1"), EventStatus::New);  // delivered, DONE mark waiting for its batch
+  EXPECT_EQ(metrics->snapshot().dispatch_success, 0);
+  d.enqueue_hot(queued(committed("A", "w3")));  // third mark fills the batch
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().dispatch_success == 3; }));
+  EXPECT_EQ(count(EventStatus::Done), 3);
+  d.enqueue_hot(queued(committed("A", "w4")));
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 4; }));
+  EXPECT_EQ(status("w4"), EventStatus::New);
+  d.close();  // writes the waiting mark
+  EXPECT_EQ(status("w4"), EventStatus::Done);
+}
+
+// Found breaking issue 11: a deadlock on a RETRY/DEAD write was taken for a refused value and the
+// listener's message replaced by "(message not storable) …".
+TEST_F(DispatcherTest, ADeadlockedStatusWriteIsWrittenAgainWithItsMessage) {
+  class DeadlockOnce final : public testing::ForwardingStore {
+   public:
+    using ForwardingStore::ForwardingStore;
+    int mark_retry(sql::Connection& c, std::string_view id, Timestamp now,
+                   std::chrono::milliseconds d, std::string_view e, std::string_view o) override {
+      if (!failed_.exchange(true)) {
+        throw StoreError("deadlock detected", "40P01");
+      }
+      return inner_->mark_retry(c, id, now, d, e, o);
+    }
+
+   private:
+    std::atomic<bool> failed_{false};
+  };
+  listeners->register_listener(
+      EventType::of("A"), [](const EventEnvelope&) { throw std::runtime_error("broker said no"); });
+  auto o = options();
+  o.store = std::make_shared<DeadlockOnce>(store);
+  OutboxDispatcher d(o);
+  d.start();
+  d.enqueue_hot(queued(committed("A", "dl1")));
+  ASSERT_TRUE(wait_status("dl1", EventStatus::Retry));
+  EXPECT_EQ(row("dl1")->last_error, "broker said no");
+  EXPECT_EQ(metrics->snapshot().status_update_failure, 0);
+}
+
+}  // namespace
+}  // namespace outbox
