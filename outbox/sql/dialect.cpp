@@ -1,7 +1,6 @@
 #include "outbox/sql/dialect.hpp"
 
 #include "outbox/sql/connection.hpp"
-#include "outbox/sql/engine.hpp"
 #include "outbox/store.hpp"
 
 namespace outbox::sql {
@@ -124,14 +123,6 @@ std::int64_t Statement::execute(Connection& conn) const {
 
 std::vector<Row> Statement::query(Connection& conn) const {
   return conn.query(sql_, params_);
-}
-
-void finish_transaction(Connection& conn, bool commit) {
-  if (commit) {
-    conn.commit();
-  } else {
-    conn.rollback();
-  }
 }
 
 }  // namespace outbox::sql
