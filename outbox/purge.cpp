@@ -48,12 +48,14 @@ void OutboxPurgeScheduler::close() {
 }
 
 int OutboxPurgeScheduler::run_once() {
-  const auto cutoff = options_.clock->now() - options_.retention;
+  // The time is taken once: every batch of the run shares its cutoff.
+  const auto now = options_.clock->now();
   int total = 0;
   try {
     for (;;) {
       auto conn = options_.connection_provider->acquire();
-      const int deleted = options_.purger->purge(*conn, cutoff, options_.batch_size);
+      const int deleted =
+          options_.purger->purge_older_than(*conn, options_.retention, now, options_.batch_size);
       total += deleted;
       if (deleted < options_.batch_size) {
         break;

@@ -23,6 +23,13 @@ class EventPurger {
  public:
   virtual ~EventPurger() = default;
   virtual int purge(sql::Connection& conn, Timestamp before, int limit) = 0;
+  /// purge() of the rows older than `retention`: before `now - retention` here; a purger on a
+  /// database clock counts from the server's time instead (so a node with a skewed clock cannot
+  /// purge what is still within retention).
+  virtual int purge_older_than(sql::Connection& conn, std::chrono::microseconds retention,
+                               Timestamp now, int limit) {
+    return purge(conn, now - retention, limit);
+  }
   /// True when the purger may delete rows that are not yet delivered (age-based purgers).
   virtual bool deletes_pending() const { return false; }
 };

@@ -10,6 +10,7 @@
 #include "outbox/mysql/store.hpp"
 #include "outbox/postgres/driver.hpp"
 #include "outbox/postgres/store.hpp"
+#include "outbox/purge.hpp"
 #include "outbox/sqlite/driver.hpp"
 #include "outbox/sqlite/store.hpp"
 #include "tests/support/servers.hpp"
@@ -160,6 +161,31 @@ TEST_P(ServerEngine, SkewedNodeClocksNeitherStealLiveLocksNorSkipDueRows) {
   ASSERT_EQ(store->claim_pending(*conn_, "node-a", ahead, 60s, 0us, 10).size(), 1u);
   ASSERT_TRUE(testing::wait_until(
       [&] { return store->claim_pending(*conn_, "node-b", behind, 1ms, 0us, 10).size() == 1; }));
+}
+
+// Found breaking issue 11: done_at is the server's time, but the purge cutoff was the node's, so a
+// node eight days ahead purged, under a 7-day retention, an event that went DONE a moment ago.
+TEST_P(ServerEngine, ASkewedNodeDoesNotPurgeWithinRetention) {
+  create_schema_for(*conn_, table_);
+  auto store = detect_store(*conn_, table_);
+  auto purger = detect_purger(*conn_, table_);
+  const auto real = std::chrono::system_clock::now();
+  for (const char* id : {"done", "dead"}) {
+    store->insert_new(
+        *conn_, EventEnvelope::builder(EventType::of("T")).event_id(id).payload_json("{}").build());
+  }
+  ASSERT_EQ(store->mark_done(*conn_, "done", real), 1);
+  ASSERT_EQ(store->mark_dead(*conn_, "dead", real, "gave up"), 1);
+  const auto ahead = real + std::chrono::hours(24 * 8);
+  EXPECT_EQ(purger->purge_older_than(*conn_, std::chrono::hours(24 * 7), ahead, 100), 0);
+  OutboxPurgeScheduler scheduler({.connection_provider = open_pool(url_, 1),
+                                  .purger = purger,
+                                  .retention = std::chrono::hours(24 * 7),
+                                  .clock = std::make_shared<testing::ManualClock>(ahead)});
+  EXPECT_EQ(scheduler.run_once(), 0);
+  EXPECT_EQ(store->count_by_status(*conn_)[1] + store->count_by_status(*conn_)[3], 2);
+  // Past retention on the server's clock, whatever the node's: both go.
+  EXPECT_EQ(purger->purge_older_than(*conn_, 0us, real - std::chrono::hours(24), 100), 2);
 }
 
 TEST_P(ServerEngine, MigrateByUrlIsVersionedAndIdempotent) {

@@ -302,10 +302,10 @@ int main(int argc, char** argv) {
       auto pool = open_pool(purge_db.url, 1, false);
       auto conn = pool->acquire();
       auto purger = detect_purger(*conn, purge_db.table);
-      const auto before = Clock::system()->now() - age;
+      const auto now = Clock::system()->now();
       long total = 0;
       for (;;) {
-        const int n = purger->purge(*conn, before, 1000);
+        const int n = purger->purge_older_than(*conn, age, now, 1000);
         total += n;
         if (n < 1000) {
           break;

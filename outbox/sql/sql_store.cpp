@@ -395,18 +395,34 @@ std::optional<Timestamp> SqlOutboxStore::oldest_pending(Connection& conn) {
   return from_micros(rows[0].get_int(0));
 }
 
-SqlEventPurger::SqlEventPurger(const Dialect& dialect, std::string table)
-    : dialect_(dialect), table_(std::move(table)) {
+SqlEventPurger::SqlEventPurger(const Dialect& dialect, std::string table, bool use_database_clock)
+    : dialect_(dialect), table_(std::move(table)), use_database_clock_(use_database_clock) {
   validate_table_name(table_);
 }
 
 int SqlEventPurger::purge(Connection& conn, Timestamp before, int limit) {
+  return purge_where(conn, limit, [&](Statement& s) { s.at(before); });
+}
+
+int SqlEventPurger::purge_older_than(Connection& conn, std::chrono::microseconds retention,
+                                     Timestamp now, int limit) {
+  const std::string server_now = dialect_.server_now();
+  if (!use_database_clock_ || server_now.empty()) {
+    return purge(conn, now - retention, limit);
+  }
+  return purge_where(conn, limit, [&](Statement& s) {
+    s.sql(server_now + " - ").micros(static_cast<std::int64_t>(retention.count()));
+  });
+}
+
+int SqlEventPurger::purge_where(Connection& conn, int limit,
+                                const std::function<void(Statement&)>& cutoff) {
   const std::string retention = dialect_.terminal_column();
   return delete_oldest(
       conn, dialect_, table_, dialect_.terminal_order_column(), limit, [&](Statement& s) {
-        s.sql(dialect_.terminal_filter() + " AND " + retention + " < ")
-            .at(before)
-            .sql(" AND (status = " + status_sql(EventStatus::Done) + " OR done_at IS NOT NULL)");
+        s.sql(dialect_.terminal_filter() + " AND " + retention + " < ");
+        cutoff(s);
+        s.sql(" AND (status = " + status_sql(EventStatus::Done) + " OR done_at IS NOT NULL)");
       });
 }
 

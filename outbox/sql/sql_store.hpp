@@ -3,6 +3,7 @@
 // SqlOutboxStore, gives its dialect and implements the claim (what truly differs between engines).
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "outbox/json_codec.hpp"
@@ -105,13 +106,19 @@ class SqlOutboxStore : public OutboxStore {
 /// DEAD row without done_at, from before schema version 2, is kept). Thread-safe.
 class SqlEventPurger : public EventPurger {
  public:
-  /// Throws std::invalid_argument on a bad table name.
-  SqlEventPurger(const Dialect& dialect, std::string table);
+  /// Throws std::invalid_argument on a bad table name. With `use_database_clock` (and a dialect
+  /// that has a server clock), purge_older_than counts retention from the server's time, the clock
+  /// done_at was written with.
+  SqlEventPurger(const Dialect& dialect, std::string table, bool use_database_clock = true);
   int purge(Connection& conn, Timestamp before, int limit) override;
+  int purge_older_than(Connection& conn, std::chrono::microseconds retention, Timestamp now,
+                       int limit) override;
 
  private:
+  int purge_where(Connection& conn, int limit, const std::function<void(Statement&)>& cutoff);
   const Dialect& dialect_;
   std::string table_;
+  bool use_database_clock_;
 };
 
 /// Deletes every row created before `before` whatever its status, except rows a relay holds
