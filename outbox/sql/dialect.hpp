@@ -29,8 +29,7 @@ class Dialect {
   virtual std::string placeholder(int n) const = 0;
   /// `marker` as a value of SQL type `type` ("text", "bigint", "int", "jsonb", "bytea") where the
   /// engine cannot infer it; the marker itself elsewhere.
-  virtual std::string typed(const std::string& marker, std::string_view type) const {
-    (void)type;
+  virtual std::string typed(const std::string& marker, std::string_view /*type*/) const {
     return marker;
   }
   /// An instant given as microseconds since the epoch in parameter `marker`.
