@@ -73,7 +73,8 @@ class TransactionSafety : public ::testing::TestWithParam<Engine> {
       pool_ = sqlite::make_pool(dir_.file("tx.db"), 4);
       auto conn = pool_->acquire();
       sqlite::create_schema(*conn, table_);
-      store_ = std::make_shared<sqlite::SqliteOutboxStore>(sqlite::SqliteOutboxStore::Options{.table = table_});
+      store_ = std::make_shared<sqlite::SqliteOutboxStore>(
+          sqlite::SqliteOutboxStore::Options{.table = table_});
     } else if (engine_ == "postgres") {
       pool_ = postgres::make_pool(*url, 4);
       auto conn = pool_->acquire();
