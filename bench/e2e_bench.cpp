@@ -386,11 +386,10 @@ struct Bench {
         .store = store,
         .listeners = listeners,
         .metrics = metrics,
-        .poll_interval = std::chrono::milliseconds(cfg.poll_ms),
-        .poll_batch_size = 500,
-        .max_batch_size = static_cast<std::size_t>(cfg.take),
-        .worker_count = cfg.workers,
-        .hot_queue_capacity = 4096,
+        .dispatcher = {.worker_count = cfg.workers,
+                       .hot_queue_capacity = 4096,
+                       .max_batch_size = static_cast<std::size_t>(cfg.take)},
+        .poller = {.batch_size = 500, .interval = std::chrono::milliseconds(cfg.poll_ms)},
     };
     double floor_committed = 0;
     double floor_marked = 0;

@@ -134,12 +134,12 @@ int run(const std::string& path) {
       .store = store,
       .listeners = listeners,
       .metrics = metrics,
-      .poll_interval = 100ms,
-      .poll_batch_size = 200,
-      .worker_count = 2,
-      .hot_queue_capacity = 64,
-      .max_attempts = 3,
-      .retry_policy = std::make_shared<outbox::ExponentialBackoffRetryPolicy>(50ms, 200ms),
+      .dispatcher = {.retry_policy =
+                         std::make_shared<outbox::ExponentialBackoffRetryPolicy>(50ms, 200ms),
+                     .max_attempts = 3,
+                     .worker_count = 2,
+                     .hot_queue_capacity = 64},
+      .poller = {.batch_size = 200, .interval = 100ms},
   });
   ob.start();
   int written = 0;

@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <stdexcept>
+#include <string>
 
 #include "outbox/dispatcher.hpp"
 #include "outbox/dispatcher_writer_hook.hpp"
@@ -83,7 +84,44 @@ void Outbox::close() {
   }
 }
 
+namespace {
+
+// A field Outbox fills must be left unset in the nested options, so no setting is silently lost.
+void require_unset(bool is_set, const char* field, const char* instead) {
+  if (is_set) {
+    throw std::invalid_argument(std::string("Outbox: leave ") + field + " unset; set " + instead +
+                                " instead");
+  }
+}
+
+void require_unset_filled_fields(const Outbox::Options& o) {
+  const auto& d = o.dispatcher;
+  require_unset(d.connection_provider != nullptr, "dispatcher.connection_provider",
+                "connection_provider");
+  require_unset(d.store != nullptr, "dispatcher.store", "store");
+  require_unset(d.listeners != nullptr, "dispatcher.listeners", "listeners");
+  require_unset(d.metrics != nullptr, "dispatcher.metrics", "metrics");
+  require_unset(d.clock != nullptr, "dispatcher.clock", "clock");
+  require_unset(!d.claim_owner.empty(), "dispatcher.claim_owner", "claim_locking");
+  require_unset(d.claim_timeout.count() != 0, "dispatcher.claim_timeout", "claim_locking");
+  require_unset(d.ordered, "dispatcher.ordered", "Outbox::ordered()");
+  const auto& p = o.poller;
+  require_unset(p.connection_provider != nullptr, "poller.connection_provider",
+                "connection_provider");
+  require_unset(p.store != nullptr, "poller.store", "store");
+  require_unset(p.handler != nullptr, "poller.handler", "listeners");
+  require_unset(p.metrics != nullptr, "poller.metrics", "metrics");
+  require_unset(p.claim_locking.has_value(), "poller.claim_locking", "claim_locking");
+  require_unset(p.clock != nullptr, "poller.clock", "clock");
+  require_unset(o.purge.connection_provider != nullptr, "purge.connection_provider",
+                "connection_provider");
+  require_unset(o.purge.clock != nullptr, "purge.clock", "clock");
+}
+
+}  // namespace
+
 Outbox Outbox::build(Options o, Mode mode) {
+  require_unset_filled_fields(o);
   if (!o.tx_context) {
     throw std::invalid_argument("Outbox: tx_context is required");
   }
@@ -97,13 +135,13 @@ Outbox Outbox::build(Options o, Mode mode) {
     if (!o.listeners) {
       throw std::invalid_argument("Outbox: listeners is required");
     }
-  } else if (o.purger && !o.connection_provider) {
-    throw std::invalid_argument("Outbox: connection_provider is required when purger is set");
+  } else if (o.purge.purger && !o.connection_provider) {
+    throw std::invalid_argument("Outbox: connection_provider is required when purge.purger is set");
   }
-  if (mode != Mode::WriterOnly && o.purger && o.purger->deletes_pending()) {
+  if (mode != Mode::WriterOnly && o.purge.purger && o.purge.purger->deletes_pending()) {
     throw std::invalid_argument(
-        "Outbox: purger deletes rows by age whatever their status (events not yet delivered "
-        "too); use a status-based purger, or writer_only mode for CDC tables");
+        "Outbox: purge.purger deletes rows by age whatever their status (events not yet "
+        "delivered too); use a status-based purger, or writer_only mode for CDC tables");
   }
   if (mode == Mode::MultiNode && !o.claim_locking) {
     throw std::invalid_argument("Outbox::multi_node: claim_locking is required");
@@ -112,12 +150,12 @@ Outbox Outbox::build(Options o, Mode mode) {
     if (o.claim_locking) {
       throw std::invalid_argument("Outbox::ordered: claim_locking is not supported (single node)");
     }
-    o.worker_count = 1;
-    o.max_attempts = 1;
+    o.dispatcher.worker_count = 1;
+    o.dispatcher.max_attempts = 1;
     // A batch would hand later events of an aggregate over before an earlier one's outcome is
     // known; a keyset page would resume past an event whose status write failed.
-    o.max_batch_size = 1;
-    o.head_rescan_interval = std::chrono::milliseconds(0);
+    o.dispatcher.max_batch_size = 1;
+    o.poller.head_rescan_interval = std::chrono::milliseconds(0);
   }
   if (mode != Mode::MultiNode) {
     o.claim_locking.reset();
@@ -130,66 +168,46 @@ Outbox Outbox::build(Options o, Mode mode) {
   if (!o.clock) {
     o.clock = Clock::system();
   }
+  const std::string owner = o.claim_locking ? o.claim_locking->owner : std::string();
 
   Outbox outbox;
   std::shared_ptr<WriterHook> hook;
   if (mode != Mode::WriterOnly) {
-    outbox.dispatcher_ = std::make_unique<OutboxDispatcher>(OutboxDispatcher::Options{
-        .connection_provider = o.connection_provider,
-        .store = o.store,
-        .listeners = o.listeners,
-        .in_flight_tracker = o.in_flight_tracker,
-        .retry_policy = o.retry_policy,
-        .max_attempts = o.max_attempts,
-        .worker_count = o.worker_count,
-        .hot_queue_capacity = o.hot_queue_capacity,
-        .cold_queue_capacity = o.cold_queue_capacity,
-        .metrics = o.metrics,
-        .interceptors = o.interceptors,
-        .drain_timeout = o.drain_timeout,
-        .done_batch_window = o.done_batch_window,
-        .done_batch_max = o.done_batch_max,
-        .max_batch_size = o.max_batch_size,
-        .clock = o.clock,
-        .claim_owner = o.claim_locking ? o.claim_locking->owner : std::string(),
-        .claim_timeout =
-            o.claim_locking ? o.claim_locking->lock_timeout : std::chrono::milliseconds(0),
-        .ordered = mode == Mode::Ordered,
-    });
+    auto dispatcher = std::move(o.dispatcher);
+    dispatcher.connection_provider = o.connection_provider;
+    dispatcher.store = o.store;
+    dispatcher.listeners = o.listeners;
+    dispatcher.metrics = o.metrics;
+    dispatcher.clock = o.clock;
+    dispatcher.claim_owner = owner;
+    dispatcher.claim_timeout =
+        o.claim_locking ? o.claim_locking->lock_timeout : std::chrono::milliseconds(0);
+    dispatcher.ordered = mode == Mode::Ordered;
+    outbox.dispatcher_ = std::make_unique<OutboxDispatcher>(std::move(dispatcher));
     // On failure from here on, `outbox` is destroyed, which closes the dispatcher.
-    outbox.poller_ = std::make_unique<OutboxPoller>(OutboxPoller::Options{
-        .connection_provider = o.connection_provider,
-        .store = o.store,
-        .handler = std::make_shared<DispatcherPollerHandler>(*outbox.dispatcher_),
-        .skip_recent = o.skip_recent,
-        .batch_size = o.poll_batch_size,
-        .interval = o.poll_interval,
-        .metrics = o.metrics,
-        .claim_locking = o.claim_locking,
-        .head_rescan_interval = o.head_rescan_interval,
-        .json_codec = o.json_codec,
-        .clock = o.clock,
-    });
+    auto poller = std::move(o.poller);
+    poller.connection_provider = o.connection_provider;
+    poller.store = o.store;
+    poller.handler = std::make_shared<DispatcherPollerHandler>(*outbox.dispatcher_);
+    poller.metrics = o.metrics;
+    poller.claim_locking = o.claim_locking;
+    poller.clock = o.clock;
+    outbox.poller_ = std::make_unique<OutboxPoller>(std::move(poller));
     if (o.claim_locking) {
       outbox.claim_release_ = std::make_unique<ClaimRelease>();
       outbox.claim_release_->provider = o.connection_provider;
       outbox.claim_release_->store = o.store;
-      outbox.claim_release_->owner = o.claim_locking->owner;
+      outbox.claim_release_->owner = owner;
     }
     if (mode != Mode::Ordered) {
-      hook = std::make_shared<DispatcherWriterHook>(
-          *outbox.dispatcher_, o.metrics, o.claim_locking ? o.claim_locking->owner : std::string());
+      hook = std::make_shared<DispatcherWriterHook>(*outbox.dispatcher_, o.metrics, owner);
     }
   }
-  if (o.purger) {
-    outbox.purge_ = std::make_unique<OutboxPurgeScheduler>(OutboxPurgeScheduler::Options{
-        .connection_provider = o.connection_provider,
-        .purger = o.purger,
-        .retention = o.purge_retention,
-        .batch_size = o.purge_batch_size,
-        .interval = o.purge_interval,
-        .clock = o.clock,
-    });
+  if (o.purge.purger) {
+    auto purge = std::move(o.purge);
+    purge.connection_provider = o.connection_provider;
+    purge.clock = o.clock;
+    outbox.purge_ = std::make_unique<OutboxPurgeScheduler>(std::move(purge));
   }
   outbox.writer_ = std::make_unique<OutboxWriter>(o.tx_context, o.store, std::move(hook));
   return outbox;

@@ -4,10 +4,11 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <vector>
 
 #include "outbox/clock.hpp"
+#include "outbox/dispatcher.hpp"
 #include "outbox/poller.hpp"
+#include "outbox/purge.hpp"
 #include "outbox/writer.hpp"
 
 namespace outbox {
@@ -19,13 +20,6 @@ class TxContext;
 class OutboxStore;
 class ListenerRegistry;
 class MetricsExporter;
-class JsonCodec;
-class EventInterceptor;
-class RetryPolicy;
-class InFlightTracker;
-class EventPurger;
-class OutboxDispatcher;
-class OutboxPurgeScheduler;
 
 /// Owns the components of one mode. Like every component, it starts no thread until start():
 /// events written before that wait in the hot queue (or, past its capacity, in the table) and are
@@ -33,7 +27,10 @@ class OutboxPurgeScheduler;
 /// dispatcher (which drains). Move-only; start() and close() are thread-safe.
 class Outbox {
  public:
-  /// Settings for every mode; a mode ignores what it does not use (see each factory).
+  /// Settings for every mode; a mode ignores what it does not use (see each factory). The
+  /// collaborators several components share sit at the top; each component's own settings sit in
+  /// its nested options, where the fields listed as "filled by Outbox" must stay unset
+  /// (std::invalid_argument otherwise: set them here once).
   struct Options {
     std::shared_ptr<sql::ConnectionProvider>
         connection_provider;                      ///< required (writer_only: if purging)
@@ -41,28 +38,19 @@ class Outbox {
     std::shared_ptr<OutboxStore> store;           ///< required
     std::shared_ptr<ListenerRegistry> listeners;  ///< required except writer_only
     std::shared_ptr<MetricsExporter> metrics;     ///< default: noop
-    const JsonCodec* json_codec = nullptr;        ///< default: JsonCodec::default_codec()
-    std::vector<std::shared_ptr<EventInterceptor>> interceptors;
-    std::chrono::milliseconds poll_interval{5000};
-    int poll_batch_size = 50;
-    std::chrono::milliseconds head_rescan_interval{1000};  ///< see OutboxPoller; 0 in ordered()
-    std::chrono::microseconds skip_recent{0};
-    std::chrono::milliseconds drain_timeout{5000};
-    std::chrono::microseconds done_batch_window{10000};  ///< see OutboxDispatcher::Options
-    std::size_t done_batch_max = 256;
-    std::size_t max_batch_size = 1;  ///< see OutboxDispatcher::Options (batch listeners)
-    int worker_count = 4;            ///< forced to 1 by ordered()
-    std::size_t hot_queue_capacity = 1000;
-    std::size_t cold_queue_capacity = 1000;
-    int max_attempts = 10;  ///< forced to 1 by ordered()
-    std::shared_ptr<RetryPolicy> retry_policy;
-    std::shared_ptr<InFlightTracker> in_flight_tracker;
-    std::optional<ClaimLocking> claim_locking;  ///< required by multi_node, refused by ordered
-    std::shared_ptr<EventPurger> purger;        ///< optional: starts a purge schedule
-    std::chrono::seconds purge_retention{std::chrono::hours(24 * 7)};
-    int purge_batch_size = 500;
-    std::chrono::milliseconds purge_interval{std::chrono::hours(1)};
-    std::shared_ptr<Clock> clock;  ///< default: Clock::system()
+    std::shared_ptr<Clock> clock;                 ///< default: Clock::system()
+    std::optional<ClaimLocking> claim_locking;    ///< required by multi_node, refused by ordered
+    /// Workers, queues, attempts, retry policy, interceptors, batches, drain. Filled by Outbox:
+    /// connection_provider, store, listeners, metrics, clock, claim_owner, claim_timeout,
+    /// ordered. ordered() forces worker_count, max_attempts and max_batch_size to 1.
+    OutboxDispatcher::Options dispatcher;
+    /// Interval, batch size, skip_recent, head rescan, JSON codec. Filled by Outbox:
+    /// connection_provider, store, handler, metrics, claim_locking, clock. ordered() forces
+    /// head_rescan_interval to 0.
+    OutboxPoller::Options poller;
+    /// A purge schedule starts when purge.purger is set. Filled by Outbox: connection_provider,
+    /// clock.
+    OutboxPurgeScheduler::Options purge;
   };
 
   /// Hot path + poller (poll_pending), not started. Throws std::invalid_argument naming a

@@ -49,7 +49,7 @@ void check_caller_transactions(std::shared_ptr<sql::ConnectionProvider> pool,
                                  .tx_context = context,
                                  .store = store,
                                  .listeners = listeners,
-                                 .poll_interval = 1h});
+                                 .poller = {.interval = 1h}});
   ob.start();
   auto count = [&](const std::string& sql) {
     return pool->acquire()->query(sql, {}).at(0).get_int(0);
@@ -222,7 +222,7 @@ TEST(CallerOwnedTransaction, ErrorsOfALibpqxxWork) {
                                  .tx_context = context,
                                  .store = store,
                                  .listeners = listeners,
-                                 .poll_interval = 1h});
+                                 .poller = {.interval = 1h}});
   ob.start();
   auto paid = [](const std::string& id) {
     return EventEnvelope::builder(EventType::of("Paid")).event_id(id).payload_json("{}").build();

@@ -122,11 +122,10 @@ TEST_P(Claims, QueuedRowsKeepTheirClaimAcrossHealthyNodes) {
         .tx_context = std::make_shared<ThreadLocalTxContext>(),
         .store = store_,
         .listeners = listeners,
-        .poll_interval = 200ms,  // slower than the lease/10 own-claim re-stamps
-        .poll_batch_size = 40,
-        .worker_count = 1,
-        .cold_queue_capacity = 40,
         .claim_locking = ClaimLocking{name, 1000ms},
+        .dispatcher = {.worker_count = 1, .cold_queue_capacity = 40},
+        // slower than the lease/10 own-claim re-stamps
+        .poller = {.batch_size = 40, .interval = 200ms},
     });
   };
   auto a = node("node-a");
@@ -177,18 +176,18 @@ TEST_P(Claims, ARunningEventKeepsItsClaimWhileThePoolIsExhausted) {
                                .tx_context = std::make_shared<ThreadLocalTxContext>(),
                                .store = store_,
                                .listeners = registry("node-a"),
-                               .poll_interval = 30ms,
-                               .worker_count = 1,
-                               .claim_locking = ClaimLocking{"node-a", 1000ms}});
+                               .claim_locking = ClaimLocking{"node-a", 1000ms},
+                               .dispatcher = {.worker_count = 1},
+                               .poller = {.interval = 30ms}});
   a.start();
   ASSERT_TRUE(testing::wait_until([&] { return started.load(); }));
   auto b = Outbox::multi_node({.connection_provider = make_pool(),
                                .tx_context = std::make_shared<ThreadLocalTxContext>(),
                                .store = store_,
                                .listeners = registry("node-b"),
-                               .poll_interval = 30ms,
-                               .worker_count = 1,
-                               .claim_locking = ClaimLocking{"node-b", 1000ms}});
+                               .claim_locking = ClaimLocking{"node-b", 1000ms},
+                               .dispatcher = {.worker_count = 1},
+                               .poller = {.interval = 30ms}});
   b.start();
   {
     // Node A's pool exhausted for three leases, as busy business transactions would. The lease is
@@ -241,9 +240,9 @@ TEST_P(Claims, AQueuedEventWhoseRenewalWasSkippedIsNotDeliveredTwice) {
                                .tx_context = context,
                                .store = store_,
                                .listeners = registry("node-a"),
-                               .poll_interval = 30ms,
-                               .worker_count = 1,
-                               .claim_locking = ClaimLocking{"node-a", 400ms}});
+                               .claim_locking = ClaimLocking{"node-a", 400ms},
+                               .dispatcher = {.worker_count = 1},
+                               .poller = {.interval = 30ms}});
   a.start();
   {
     TransactionManager tm(pool_a, context);
@@ -264,9 +263,9 @@ TEST_P(Claims, AQueuedEventWhoseRenewalWasSkippedIsNotDeliveredTwice) {
                                  .tx_context = std::make_shared<ThreadLocalTxContext>(),
                                  .store = store_,
                                  .listeners = registry("node-b"),
-                                 .poll_interval = 5ms,
-                                 .worker_count = 1,
-                                 .claim_locking = ClaimLocking{"node-b", 400ms}});
+                                 .claim_locking = ClaimLocking{"node-b", 400ms},
+                                 .dispatcher = {.worker_count = 1},
+                                 .poller = {.interval = 5ms}});
     b.start();
     // The fault: the lock stays for two and a half leases; then the slow work goes on for one
     // more lease, time enough for node B to take the queued row if its claim had run out.
@@ -311,15 +310,15 @@ TEST_P(Claims, AnInsertThatWaitedDoesNotHandOutRowsItsHotPathDelivers) {
                                .tx_context = context,
                                .store = store_,
                                .listeners = registry(),
-                               .poll_interval = 20ms,
-                               .claim_locking = ClaimLocking{"node-a", 1000ms}});
+                               .claim_locking = ClaimLocking{"node-a", 1000ms},
+                               .poller = {.interval = 20ms}});
   a.start();
   auto b = Outbox::multi_node({.connection_provider = make_pool(),
                                .tx_context = std::make_shared<ThreadLocalTxContext>(),
                                .store = store_,
                                .listeners = registry(),
-                               .poll_interval = 20ms,
-                               .claim_locking = ClaimLocking{"node-b", 1000ms}});
+                               .claim_locking = ClaimLocking{"node-b", 1000ms},
+                               .poller = {.interval = 20ms}});
   b.start();
   auto locker_pool = make_pool();
   auto locker = locker_pool->acquire();

@@ -94,8 +94,9 @@ TEST_P(ConnectionLoss, DispatcherAndPollerResumeAfterTheServerRestarts) {
        .tx_context = tx_context,
        .store = store,
        .listeners = listeners,
-       .poll_interval = 200ms,
-       .retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(100ms, 500ms)});
+       .dispatcher = {.retry_policy =
+                          std::make_shared<ExponentialBackoffRetryPolicy>(100ms, 500ms)},
+       .poller = {.interval = 200ms}});
   ob.start();
   std::set<std::string> committed;
   int failed_writes = 0;

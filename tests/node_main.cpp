@@ -74,13 +74,13 @@ int run(int argc, char** argv) {
       .tx_context = tx_context,
       .store = store,
       .listeners = listeners,
-      .poll_interval = 100ms,
-      .poll_batch_size = 200,
-      .worker_count = 4,
-      .hot_queue_capacity = 2000,
-      .cold_queue_capacity = 2000,
-      .retry_policy = std::make_shared<outbox::ExponentialBackoffRetryPolicy>(50ms, 1000ms),
       .claim_locking = outbox::ClaimLocking{node, lock_timeout},
+      .dispatcher = {.retry_policy =
+                         std::make_shared<outbox::ExponentialBackoffRetryPolicy>(50ms, 1000ms),
+                     .worker_count = 4,
+                     .hot_queue_capacity = 2000,
+                     .cold_queue_capacity = 2000},
+      .poller = {.batch_size = 200, .interval = 100ms},
   });
   ob.start();
 

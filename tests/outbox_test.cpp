@@ -32,8 +32,10 @@ class OutboxTest : public testing::SqliteFixture {
             .store = store,
             .listeners = listeners,
             .metrics = metrics,
-            .poll_interval = 1h,  // tests drive the poller with poll() unless they say otherwise
-            .retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(1ms, 1ms, false)};
+            .dispatcher = {.retry_policy =
+                               std::make_shared<ExponentialBackoffRetryPolicy>(1ms, 1ms, false)},
+            // tests drive the poller with poll() unless they say otherwise
+            .poller = {.interval = 1h}};
   }
   // Writes one event in its own committed transaction; returns the id.
   std::string commit_one(Outbox& ob, const std::string& type, const std::string& payload = "{}") {
@@ -95,8 +97,8 @@ TEST_F(OutboxTest, AcceptanceQueueOverflowDowngrade) {
   });
   listeners->register_listener(EventType::of("E"), [&](const auto&) { ++delivered; });
   auto o = options();
-  o.worker_count = 1;
-  o.hot_queue_capacity = 1;
+  o.dispatcher.worker_count = 1;
+  o.dispatcher.hot_queue_capacity = 1;
   auto ob = Outbox::single_node(o);
   ob.start();
   // The poller's first cycle runs at start; let it pass so only this test's poll() calls poll.
@@ -130,7 +132,7 @@ TEST_F(OutboxTest, AcceptanceRetryThenDead) {
     throw std::runtime_error("broker down");
   });
   auto o = options();
-  o.max_attempts = 3;
+  o.dispatcher.max_attempts = 3;
   o.clock = clock;
   auto ob = Outbox::single_node(o);
   ob.start();
@@ -245,8 +247,8 @@ TEST_F(OutboxTest, NoDuplicateDeliveryWhileThePollerRacesTheHotPath) {
     ++deliveries[e.event_id()];
   });
   auto o = options();
-  o.poll_interval = 1ms;      // poll constantly so it reads rows the hot path is delivering
-  o.hot_queue_capacity = 16;  // force some events onto the cold path too
+  o.poller.interval = 1ms;  // poll constantly so it reads rows the hot path is delivering
+  o.dispatcher.hot_queue_capacity = 16;  // force some events onto the cold path too
   auto ob = Outbox::single_node(o);
   ob.start();
   constexpr int kThreads = 4;
@@ -307,8 +309,8 @@ TEST_F(OutboxTest, OrderedModeDeliversInInsertionOrderAndFailsStraightToDead) {
     }
   });
   auto o = options();
-  o.worker_count = 8;   // forced to 1
-  o.max_attempts = 10;  // forced to 1
+  o.dispatcher.worker_count = 8;   // forced to 1
+  o.dispatcher.max_attempts = 10;  // forced to 1
   auto ob = Outbox::ordered(o);
   ob.start();
   std::string third;
@@ -428,13 +430,13 @@ TEST_F(OutboxTest, OrderedModeFailedStatusWriteDoesNotLetLaterEventsOvertake) {
 // an event delayed past the retention was deleted before it was ever delivered.
 TEST_F(OutboxTest, AgeBasedPurgerIsRefusedWhereEventsAreDelivered) {
   auto o = options();
-  o.purger = std::make_shared<sqlite::SqliteAgeBasedPurger>();
+  o.purge.purger = std::make_shared<sqlite::SqliteAgeBasedPurger>();
   EXPECT_THROW(Outbox::single_node(o), std::invalid_argument);
   EXPECT_THROW(Outbox::ordered(o), std::invalid_argument);
   o.claim_locking = ClaimLocking{"n", 1000ms};
   EXPECT_THROW(Outbox::multi_node(o), std::invalid_argument);
   EXPECT_NO_THROW(Outbox::writer_only(o));
-  o.purger = std::make_shared<sqlite::SqliteEventPurger>();
+  o.purge.purger = std::make_shared<sqlite::SqliteEventPurger>();
   EXPECT_NO_THROW(Outbox::multi_node(o));
 }
 
@@ -448,11 +450,18 @@ TEST_F(OutboxTest, RequiredFieldsAreChecked) {
   bad([](auto& o) { o.store = nullptr; }, &Outbox::single_node);
   bad([](auto& o) { o.connection_provider = nullptr; }, &Outbox::single_node);
   bad([](auto& o) { o.listeners = nullptr; }, &Outbox::ordered);
-  bad([](auto& o) { o.worker_count = 0; }, &Outbox::single_node);
+  bad([](auto& o) { o.dispatcher.worker_count = 0; }, &Outbox::single_node);
+  // A collaborator Outbox passes to its components is set once, at the top: a second copy in a
+  // component's options would silently lose to it.
+  bad([this](auto& o) { o.dispatcher.store = store; }, &Outbox::single_node);
+  bad([this](auto& o) { o.poller.metrics = metrics; }, &Outbox::single_node);
+  bad([](auto& o) { o.poller.claim_locking = ClaimLocking{"n", 1000ms}; }, &Outbox::single_node);
+  bad([](auto& o) { o.dispatcher.ordered = true; }, &Outbox::single_node);
+  bad([](auto& o) { o.purge.clock = Clock::system(); }, &Outbox::writer_only);
   bad(
       [this](auto& o) {
         o.connection_provider = nullptr;
-        o.purger = std::make_shared<sqlite::SqliteAgeBasedPurger>();
+        o.purge.purger = std::make_shared<sqlite::SqliteAgeBasedPurger>();
       },
       &Outbox::writer_only);
   (void)this;
@@ -461,9 +470,9 @@ TEST_F(OutboxTest, RequiredFieldsAreChecked) {
 TEST_F(OutboxTest, WriterOnlyPurgesByAge) {
   auto o = options();
   o.listeners = nullptr;
-  o.purger = std::make_shared<sqlite::SqliteAgeBasedPurger>();
-  o.purge_retention = 0s;
-  o.purge_interval = 1h;
+  o.purge.purger = std::make_shared<sqlite::SqliteAgeBasedPurger>();
+  o.purge.retention = 0s;
+  o.purge.interval = 1h;
   {
     auto w = Outbox::writer_only(options());
     commit_one(w, "E");
@@ -580,8 +589,8 @@ TEST_F(OutboxTest, NothingRunsBeforeStartAndWrittenEventsWaitForIt) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("E"), [&](const auto&) { ++calls; });
   auto o = options();
-  o.poll_interval = 20ms;
-  o.purger = std::make_shared<sqlite::SqliteEventPurger>();
+  o.poller.interval = 20ms;
+  o.purge.purger = std::make_shared<sqlite::SqliteEventPurger>();
   const auto before = thread_count();
   auto ob = Outbox::single_node(o);
   EXPECT_EQ(thread_count(), before);    // no worker, flusher, poller or purge thread yet

@@ -344,7 +344,7 @@ TEST_P(StoreErrors, UnansweredCommitLeavesTheEventsToThePoller) {
                       .store = store_,
                       .listeners = listeners,
                       .metrics = metrics,
-                      .poll_interval = 50ms};
+                      .poller = {.interval = 50ms}};
     if (multi) {
       o.claim_locking = ClaimLocking{.owner = "node-a", .lock_timeout = 2s};
     }

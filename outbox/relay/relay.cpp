@@ -179,22 +179,21 @@ struct Relay::Impl {
         .store = store,
         .listeners = std::make_shared<RoutingRegistry>(config, publishers, metrics),
         .metrics = metrics,
-        .poll_interval = config.poller.interval,
-        .poll_batch_size = config.poller.batch,
-        .drain_timeout = config.dispatcher.drain_timeout,
-        .max_batch_size = static_cast<std::size_t>(config.dispatcher.batch),
-        .worker_count = config.dispatcher.workers,
-        .hot_queue_capacity = 1,
-        .cold_queue_capacity = config.dispatcher.queue,
-        .max_attempts = config.dispatcher.max_attempts,
-        .retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(
-            config.dispatcher.backoff_base, config.dispatcher.backoff_max),
+        .dispatcher = {.retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(
+                           config.dispatcher.backoff_base, config.dispatcher.backoff_max),
+                       .max_attempts = config.dispatcher.max_attempts,
+                       .worker_count = config.dispatcher.workers,
+                       .hot_queue_capacity = 1,
+                       .cold_queue_capacity = config.dispatcher.queue,
+                       .drain_timeout = config.dispatcher.drain_timeout,
+                       .max_batch_size = static_cast<std::size_t>(config.dispatcher.batch)},
+        .poller = {.batch_size = config.poller.batch, .interval = config.poller.interval},
     };
     if (config.purge.enabled) {
       auto conn = pool->acquire();
-      o.purger = detect_purger(*conn, config.database.table);
-      o.purge_retention = std::chrono::duration_cast<std::chrono::seconds>(config.purge.retention);
-      o.purge_interval = config.purge.interval;
+      o.purge.purger = detect_purger(*conn, config.database.table);
+      o.purge.retention = std::chrono::duration_cast<std::chrono::seconds>(config.purge.retention);
+      o.purge.interval = config.purge.interval;
     }
     if (config.dispatcher.ordered) {
       outbox = std::make_unique<Outbox>(Outbox::ordered(std::move(o)));

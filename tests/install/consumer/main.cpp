@@ -35,7 +35,7 @@ bool deliver_one(const std::shared_ptr<outbox::sql::ConnectionPool>& pool,
                                          .tx_context = tx_context,
                                          .store = store,
                                          .listeners = listeners,
-                                         .poll_interval = 50ms});
+                                         .poller = {.interval = 50ms}});
   ob.start();
   outbox::TransactionManager tx(pool, tx_context);
   {
