@@ -1,29 +1,38 @@
+// TransactionManager and ThreadLocalTxContext on the in-memory outbox: callbacks after commit and
+// rollback, misuse, and a failed COMMIT. Each engine's own transactions: tests/
+// transaction_safety_test.cpp.
+
 #include "outbox/transaction.hpp"
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "outbox/errors.hpp"
-#include "outbox/sqlite/driver.hpp"
-#include "tests/support/test_support.hpp"
+#include "outbox/testing/in_memory.hpp"
 
 namespace {
 
 class TransactionTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    pool_ = outbox::sqlite::make_pool(dir_.file("tx.db"), 2);
-    pool_->acquire()->execute("CREATE TABLE t (a INTEGER)");
-    context_ = std::make_shared<outbox::ThreadLocalTxContext>();
-    tm_ = std::make_unique<outbox::TransactionManager>(pool_, context_);
+  // One row written in the current transaction, as business code would write its own.
+  void write_row(outbox::sql::Connection& conn, const std::string& id = outbox::new_ulid()) {
+    store_.insert_new(conn, outbox::EventEnvelope::builder(outbox::EventType::of("E"))
+                                .event_id(id)
+                                .payload_json("{}")
+                                .build());
   }
-  std::int64_t count() {
-    return pool_->acquire()->query("SELECT COUNT(*) FROM t").at(0).get_int(0);
-  }
+  std::size_t count() const { return database_->rows().size(); }
 
-  outbox::testing::TempDir dir_;
-  std::shared_ptr<outbox::sql::ConnectionPool> pool_;
-  std::shared_ptr<outbox::ThreadLocalTxContext> context_;
-  std::unique_ptr<outbox::TransactionManager> tm_;
+  std::shared_ptr<outbox::testing::InMemoryDatabase> database_ =
+      std::make_shared<outbox::testing::InMemoryDatabase>();
+  std::shared_ptr<outbox::sql::ConnectionPool> pool_ =
+      outbox::testing::make_in_memory_pool(database_, 2);
+  outbox::testing::InMemoryOutboxStore store_;
+  std::shared_ptr<outbox::ThreadLocalTxContext> context_ =
+      std::make_shared<outbox::ThreadLocalTxContext>();
+  std::unique_ptr<outbox::TransactionManager> tm_ =
+      std::make_unique<outbox::TransactionManager>(pool_, context_);
 };
 
 TEST_F(TransactionTest, CommitRunsAfterCommitCallbacksOnly) {
@@ -33,7 +42,7 @@ TEST_F(TransactionTest, CommitRunsAfterCommitCallbacksOnly) {
     auto tx = tm_->begin();
     EXPECT_TRUE(context_->is_transaction_active());
     EXPECT_EQ(&context_->current_connection(), &tx.connection());
-    tx.connection().execute("INSERT INTO t VALUES (1)");
+    write_row(tx.connection());
     context_->after_commit([&] { ++committed; });
     context_->after_rollback([&] { ++rolled_back; });
     EXPECT_EQ(committed, 0);
@@ -42,7 +51,7 @@ TEST_F(TransactionTest, CommitRunsAfterCommitCallbacksOnly) {
   }
   EXPECT_EQ(committed, 1);
   EXPECT_EQ(rolled_back, 0);
-  EXPECT_EQ(count(), 1);
+  EXPECT_EQ(count(), 1u);
 }
 
 TEST_F(TransactionTest, DestructorRollsBack) {
@@ -50,13 +59,13 @@ TEST_F(TransactionTest, DestructorRollsBack) {
   int rolled_back = 0;
   {
     auto tx = tm_->begin();
-    tx.connection().execute("INSERT INTO t VALUES (1)");
+    write_row(tx.connection());
     context_->after_commit([&] { ++committed; });
     context_->after_rollback([&] { ++rolled_back; });
   }
   EXPECT_EQ(committed, 0);
   EXPECT_EQ(rolled_back, 1);
-  EXPECT_EQ(count(), 0);
+  EXPECT_EQ(count(), 0u);
   EXPECT_FALSE(context_->is_transaction_active());
 }
 
@@ -83,11 +92,16 @@ TEST_F(TransactionTest, FailedCommitRunsRollbackCallbacksAndThrows) {
   int committed = 0;
   int rolled_back = 0;
   auto tx = tm_->begin();
-  tx.connection().execute("INSERT INTO t VALUES (1)");
   context_->after_commit([&] { ++committed; });
   context_->after_rollback([&] { ++rolled_back; });
-  // Ending the transaction behind the manager's back makes its COMMIT fail deterministically.
-  tx.connection().rollback();
+  write_row(tx.connection(), "same-id");
+  // Another transaction commits the same id first: this COMMIT is refused.
+  {
+    auto conn = pool_->acquire();
+    conn->begin();
+    write_row(*conn, "same-id");
+    conn->commit();
+  }
   EXPECT_THROW(tx.commit(), outbox::StoreError);
   EXPECT_EQ(committed, 0);
   EXPECT_EQ(rolled_back, 1);
