@@ -8,10 +8,19 @@ std::shared_ptr<MetricsExporter> MetricsExporter::noop() {
 }
 
 InMemoryMetrics::Snapshot InMemoryMetrics::snapshot() const {
-  return Snapshot{hot_enqueued_.load(),          hot_dropped_.load(),      cold_enqueued_.load(),
-                  dispatch_success_.load(),      dispatch_failure_.load(), dispatch_dead_.load(),
-                  status_update_failure_.load(), hot_depth_.load(),        cold_depth_.load(),
-                  oldest_lag_ms_.load()};
+  return Snapshot{hot_enqueued_.load(),
+                  hot_dropped_.load(),
+                  cold_enqueued_.load(),
+                  dispatch_success_.load(),
+                  dispatch_failure_.load(),
+                  dispatch_dead_.load(),
+                  status_update_failure_.load(),
+                  hot_depth_.load(),
+                  cold_depth_.load(),
+                  oldest_lag_ms_.load(),
+                  lease_acquired_.load(),
+                  lease_takeovers_.load(),
+                  lease_lost_.load()};
 }
 
 }  // namespace outbox

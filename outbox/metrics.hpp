@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 
 namespace outbox {
 
@@ -22,6 +23,13 @@ class MetricsExporter {
   virtual void increment_status_update_failure() {}
   virtual void record_queue_depths(int /*hot*/, int /*cold*/) {}
   virtual void record_oldest_lag_ms(std::int64_t /*lag_ms*/) {}
+  /// Whether this process holds lease `name`, and the epoch of that holding (or the last one).
+  virtual void record_lease(std::string_view /*name*/, bool /*held*/, std::int64_t /*epoch*/) {}
+  /// This process acquired lease `name`; `takeover`: from another owner whose holding expired.
+  virtual void increment_lease_acquired(std::string_view /*name*/, bool /*takeover*/) {}
+  /// A holding ended without a release: its renewal was refused or late, or a fenced write found
+  /// it gone.
+  virtual void increment_lease_lost(std::string_view /*name*/) {}
 
   /// A shared exporter that does nothing.
   static std::shared_ptr<MetricsExporter> noop();
@@ -32,7 +40,8 @@ class InMemoryMetrics final : public MetricsExporter {
  public:
   struct Snapshot {
     std::int64_t hot_enqueued, hot_dropped, cold_enqueued, dispatch_success, dispatch_failure,
-        dispatch_dead, status_update_failure, hot_depth, cold_depth, oldest_lag_ms;
+        dispatch_dead, status_update_failure, hot_depth, cold_depth, oldest_lag_ms, lease_acquired,
+        lease_takeovers, lease_lost;
   };
   void increment_hot_enqueued() override { hot_enqueued_++; }
   void increment_hot_dropped() override { hot_dropped_++; }
@@ -46,12 +55,20 @@ class InMemoryMetrics final : public MetricsExporter {
     cold_depth_ = cold;
   }
   void record_oldest_lag_ms(std::int64_t lag_ms) override { oldest_lag_ms_ = lag_ms; }
+  void increment_lease_acquired(std::string_view, bool takeover) override {
+    lease_acquired_++;
+    if (takeover) {
+      lease_takeovers_++;
+    }
+  }
+  void increment_lease_lost(std::string_view) override { lease_lost_++; }
   Snapshot snapshot() const;
 
  private:
   std::atomic<std::int64_t> hot_enqueued_{0}, hot_dropped_{0}, cold_enqueued_{0},
       dispatch_success_{0}, dispatch_failure_{0}, dispatch_dead_{0}, status_update_failure_{0},
-      hot_depth_{0}, cold_depth_{0}, oldest_lag_ms_{0};
+      hot_depth_{0}, cold_depth_{0}, oldest_lag_ms_{0}, lease_acquired_{0}, lease_takeovers_{0},
+      lease_lost_{0};
 };
 
 }  // namespace outbox

@@ -291,7 +291,12 @@ TEST(Detection, OpenPoolByUrlAndMigrateSqlite) {
   const auto first = std::chrono::system_clock::now();
   EXPECT_EQ(migrate(*conn).from, 0);
   EXPECT_GE(detect_store(*conn)->find(*conn, "before")->done_at, first - std::chrono::seconds(1));
+  EXPECT_EQ(migrate(*conn).from, kSchemaVersion);
+  // Version 3 adds the lease table to a table of version 2.
+  conn->execute("DROP TABLE outbox_event_lease");
+  conn->execute("UPDATE outbox_schema_version SET version = 2");
   EXPECT_EQ(migrate(*conn).from, 2);
+  EXPECT_FALSE(detect_lease_store(*conn)->find(*conn, "leader"));
   // Version 2 gives DEAD rows of version 1 (no done_at) a retention that starts at the upgrade.
   conn->execute("UPDATE outbox_schema_version SET version = 1");
   conn->execute(

@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "outbox/sql/connection.hpp"
+#include "outbox/sql/lease_store.hpp"
 
 namespace outbox {
 
@@ -23,6 +24,10 @@ std::shared_ptr<OutboxStore> detect_store(sql::Connection& conn, const std::stri
 
 std::shared_ptr<EventPurger> detect_purger(sql::Connection& conn, const std::string& table) {
   return engine_for(conn.dialect()).make_purger(table);
+}
+
+std::shared_ptr<LeaseStore> detect_lease_store(sql::Connection& conn, const std::string& table) {
+  return std::make_shared<sql::SqlLeaseStore>(engine_for(conn.dialect()).dialect(), table);
 }
 
 void create_schema_for(sql::Connection& conn, const std::string& table) {

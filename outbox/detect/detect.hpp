@@ -6,6 +6,7 @@
 #include <string>
 
 #include "outbox/json_codec.hpp"
+#include "outbox/lease.hpp"
 #include "outbox/purge.hpp"
 #include "outbox/sql/engine.hpp"
 #include "outbox/sql/pool.hpp"
@@ -31,6 +32,11 @@ std::shared_ptr<OutboxStore> detect_store(sql::Connection& conn,
 std::shared_ptr<EventPurger> detect_purger(sql::Connection& conn,
                                            const std::string& table = "outbox_event");
 
+/// The lease store (leader election, fencing) of `table` for `conn`'s dialect. Throws like
+/// detect_store.
+std::shared_ptr<LeaseStore> detect_lease_store(sql::Connection& conn,
+                                               const std::string& table = "outbox_event");
+
 /// Creates the outbox table and indexes for `conn`'s dialect (idempotent). Throws like
 /// detect_store, and outbox::StoreError.
 void create_schema_for(sql::Connection& conn, const std::string& table = "outbox_event");
@@ -47,7 +53,7 @@ std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size
                                                const sql::NetworkTimeouts& timeouts = {});
 
 /// The schema version this build creates.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 /// Versions before and after a migrate() call.
 struct MigrationResult {

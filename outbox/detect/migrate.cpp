@@ -73,6 +73,10 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
         .sql(" WHERE status = " + sql::status_sql(EventStatus::Dead) + " AND done_at IS NULL")
         .execute(conn);
   }
+  // Version 3: the lease table (leader election and fencing).
+  if (result.from < 3) {
+    engine.create_lease_schema(conn, table);
+  }
   if (result.from == 0) {
     // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)
     // still cannot fail on the key.

@@ -26,6 +26,8 @@ const sql::Engine& engine() {
       },
       .create_schema = [](sql::Connection& conn,
                           const std::string& table) { create_schema(conn, table); },
+      .create_lease_schema = [](sql::Connection& conn,
+                                const std::string& table) { create_lease_schema(conn, table); },
       // DDL commits implicitly in MariaDB, so a transaction cannot hold the lock: a named lock can.
       .lock_migrations =
           [](sql::Connection& conn) {

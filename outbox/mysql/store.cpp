@@ -4,6 +4,7 @@
 
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/sql/lease_store.hpp"
 
 namespace outbox::mysql {
 namespace {
@@ -21,6 +22,7 @@ class MySqlDialect final : public sql::Dialect {
     return "INTERVAL " + marker + " MICROSECOND";
   }
   std::string server_now() const override { return "UTC_TIMESTAMP(6)"; }
+  bool update_returning() const override { return false; }
   std::string micros(const std::string& column) const override {
     return std::string("TIMESTAMPDIFF(MICROSECOND, ") + kEpoch + ", " + column + ")";
   }
@@ -108,6 +110,16 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                derived_name(table, "_created") + " (created_at), CONSTRAINT " +
                derived_name(table, "_one_payload") +
                " CHECK ((payload IS NULL) <> (payload_bytes IS NULL))"
+               ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin");
+  create_lease_schema(conn, table);
+}
+
+void create_lease_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  conn.execute("CREATE TABLE IF NOT EXISTS " + sql::lease_table_name(table) +
+               " (name VARCHAR(200) NOT NULL PRIMARY KEY, owner VARCHAR(200) NULL, "
+               "epoch BIGINT NOT NULL DEFAULT 0, acquired_at DATETIME(6) NULL, "
+               "renewed_at DATETIME(6) NULL, expires_at DATETIME(6) NULL"
                ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin");
 }
 

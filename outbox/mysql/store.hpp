@@ -11,6 +11,9 @@ namespace outbox::mysql {
 /// Creates the outbox table and its indexes if missing (idempotent). Throws outbox::StoreError,
 /// std::invalid_argument on a bad table name.
 void create_schema(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Creates the lease table of `table` (sql::lease_table_name) if missing: schema version 3, also
+/// made by create_schema. Throws outbox::StoreError, std::invalid_argument on a bad table name.
+void create_lease_schema(sql::Connection& conn, const std::string& table = "outbox_event");
 
 /// The MariaDB/MySQL dialect: DATETIME(6) in UTC, JSON columns, `?` parameters, generated
 /// pending_at / terminal_at columns as the pending and terminal indexes.

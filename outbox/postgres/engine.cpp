@@ -32,6 +32,8 @@ const sql::Engine& engine() {
       },
       .create_schema = [](sql::Connection& conn,
                           const std::string& table) { create_schema(conn, table); },
+      .create_lease_schema = [](sql::Connection& conn,
+                                const std::string& table) { create_lease_schema(conn, table); },
       // DDL is transactional: the whole migration is one transaction under an advisory lock.
       .lock_migrations =
           [](sql::Connection& conn) {

@@ -3,6 +3,7 @@
 #include "outbox/errors.hpp"
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/sql/lease_store.hpp"
 
 namespace outbox::postgres {
 namespace {
@@ -83,6 +84,14 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                        "42P07");
     }
   }
+  create_lease_schema(conn, table);
+}
+
+void create_lease_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  conn.execute("CREATE TABLE IF NOT EXISTS " + sql::lease_table_name(table) +
+               " (name TEXT PRIMARY KEY, owner TEXT, epoch BIGINT NOT NULL DEFAULT 0, "
+               "acquired_at TIMESTAMPTZ, renewed_at TIMESTAMPTZ, expires_at TIMESTAMPTZ)");
 }
 
 PostgresOutboxStore::PostgresOutboxStore(Options options)

@@ -39,6 +39,11 @@ class Dialect {
   /// The server's current time for the statement being run; empty when the engine has no server
   /// clock (the caller's time is then always used).
   virtual std::string server_now() const { return {}; }
+  /// The clock leases are timed by, whatever the stores' use_database_clock: the server's, or on
+  /// SQLite the host's (every process on a file shares it), never a caller's Clock.
+  virtual std::string lease_now() const { return server_now(); }
+  /// True when UPDATE … RETURNING returns the changed rows (PostgreSQL, SQLite ≥ 3.35).
+  virtual bool update_returning() const { return true; }
   /// A timestamp column (or expression) read as BIGINT microseconds since the epoch.
   virtual std::string micros(const std::string& column) const { return column; }
   /// A JSON column read as text.

@@ -33,6 +33,8 @@ struct Engine {
   std::shared_ptr<EventPurger> (*make_purger)(const std::string& table);
   /// Creates the table and its indexes if missing (schema version 1).
   void (*create_schema)(Connection& conn, const std::string& table);
+  /// Creates the lease table of `table` if missing (schema version 3).
+  void (*create_lease_schema)(Connection& conn, const std::string& table);
   /// Serializes migrations of one database: takes a lock (and begins the migration's transaction
   /// where DDL is transactional); unlock_migrations ends both, committing or not.
   void (*lock_migrations)(Connection& conn);

@@ -29,6 +29,8 @@ const sql::Engine& engine() {
       },
       .create_schema = [](sql::Connection& conn,
                           const std::string& table) { create_schema(conn, table); },
+      .create_lease_schema = [](sql::Connection& conn,
+                                const std::string& table) { create_lease_schema(conn, table); },
       // DDL is transactional: the whole migration is one transaction, begun under the write lock
       // (BEGIN IMMEDIATE).
       .lock_migrations = [](sql::Connection& conn) { conn.begin(); },

@@ -4,6 +4,7 @@
 
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/sql/lease_store.hpp"
 
 namespace outbox::sqlite {
 namespace {
@@ -14,6 +15,10 @@ class SqliteDialect final : public sql::Dialect {
   std::string placeholder(int) const override { return "?"; }
   std::string instant(const std::string& marker) const override { return marker; }
   std::string micros_interval(const std::string& marker) const override { return marker; }
+  // julianday('now') is fixed for the whole statement, like a server's statement time.
+  std::string lease_now() const override {
+    return "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
+  }
   bool has_bytes_column() const override { return false; }
   std::string insert_ignore(const std::string& into_values, const std::string&) const override {
     return "INSERT OR IGNORE " + into_values;
@@ -54,6 +59,15 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_terminal ON " + table +
                " (created_at) WHERE " + sql::terminal_statuses());
   conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_created ON " + table + " (created_at)");
+  create_lease_schema(conn, table);
+}
+
+void create_lease_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  // Instants in microseconds since the epoch, on the host's clock (Dialect::lease_now).
+  conn.execute("CREATE TABLE IF NOT EXISTS " + sql::lease_table_name(table) +
+               " (name TEXT PRIMARY KEY NOT NULL, owner TEXT, epoch INTEGER NOT NULL DEFAULT 0, "
+               "acquired_at INTEGER, renewed_at INTEGER, expires_at INTEGER)");
 }
 
 SqliteOutboxStore::SqliteOutboxStore(Options options)

@@ -10,6 +10,9 @@ namespace outbox::sqlite {
 /// Creates the outbox table and its indexes if missing (idempotent). Throws outbox::StoreError,
 /// std::invalid_argument on a bad table name.
 void create_schema(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Creates the lease table of `table` (sql::lease_table_name) if missing: schema version 3, also
+/// made by create_schema. Throws outbox::StoreError, std::invalid_argument on a bad table name.
+void create_lease_schema(sql::Connection& conn, const std::string& table = "outbox_event");
 
 /// The SQLite dialect: INTEGER microseconds, one payload column (text or blob), `?` parameters,
 /// no server clock.
