@@ -65,7 +65,8 @@ TEST_P(ConnectionLoss, DispatcherAndPollerResumeAfterTheServerRestarts) {
   auto url = testing::env(GetParam().url_variable);
   OUTBOX_REQUIRE_SERVER(url, GetParam().name);
   if (!testing::env(mysql() ? "OUTBOX_TEST_MYSQL_CTL" : "OUTBOX_TEST_PG_CTL")) {
-    GTEST_SKIP() << "no server control command";
+    OUTBOX_SKIP_NO_SERVER() << "no command to stop and start the " << GetParam().name
+                            << " server (see scripts/with-test-servers)";
   }
   set_log_level(LogLevel::Error);
   auto pool = mysql() ? mysql::make_pool(*url, 8) : postgres::make_pool(*url, 8);

@@ -160,7 +160,7 @@ TEST_P(EngineHardening, LongTableNamesThatShareAPrefixKeepTheirOwnIndexes) {
 
 TEST_P(EngineHardening, IdleConnectionsTheServerClosedAreReplacedNotHandedOut) {
   if (is("sqlite")) {
-    GTEST_SKIP() << "no server";
+    GTEST_SKIP() << "not on SQLite: no server to close idle sessions";
   }
   const char* id_sql = is("postgres") ? "SELECT pg_backend_pid()" : "SELECT CONNECTION_ID()";
   auto pool = open_pool(url_, 1);
@@ -196,7 +196,7 @@ TEST_P(EngineHardening, IdleConnectionsTheServerClosedAreReplacedNotHandedOut) {
 
 TEST_P(EngineHardening, ServersThatNeverAnswerTimeOut) {
   if (is("sqlite")) {
-    GTEST_SKIP() << "no server";
+    GTEST_SKIP() << "not on SQLite: no server to wait for, no network timeouts";
   }
   testing::Tarpit tarpit;
   const std::string port = std::to_string(tarpit.port());

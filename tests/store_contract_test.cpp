@@ -66,7 +66,7 @@ BackendFactory sqlite_backend() {
 }
 
 // The in-memory store of outbox::testing: the same contract without a database (it runs no SQL,
-// so the cases that change rows by hand are left out of its run in tests/CMakeLists.txt).
+// so the cases that change rows by hand skip themselves on it).
 BackendFactory memory_backend() {
   return {"memory", [] { return std::optional<std::string>(""); },
           [](const std::string&) {
@@ -537,6 +537,9 @@ TEST_P(StoreContract, AgePurgerDeletesEveryOldRowButClaimedOnes) {
 // Issue 9 item 4: mark_dead set no done_at, so the purge measured a DEAD row's age from
 // created_at and deleted an event that went DEAD after a long retry history at once.
 TEST_P(StoreContract, DeadRetentionCountsFromWhenTheRowWentDead) {
+  if (GetParam().name == "memory") {
+    GTEST_SKIP() << "not on the in-memory store: the case edits a row with SQL";
+  }
   insert("late", t0);
   store().mark_retry(conn(), "late", t0 + 24h, 1h, "still failing");
   EXPECT_EQ(store().mark_dead(conn(), "late", t0 + 10 * 24h, "gave up"), 1);

@@ -182,7 +182,7 @@ TEST_P(TransactionSafety, TransactionEndedThroughTheConnectionRefusesFurtherWork
 // event was delivered while its row did not exist.
 TEST_P(TransactionSafety, DeadlockVictimCannotCommit) {
   if (engine_ == "sqlite") {
-    GTEST_SKIP() << "one writer at a time: SQLite has no deadlocks";
+    GTEST_SKIP() << "not on SQLite: one writer at a time, so no deadlocks";
   }
   std::promise<void> a_locked;
   std::promise<void> b_locked;
@@ -224,7 +224,8 @@ TEST_P(TransactionSafety, DeadlockVictimCannotCommit) {
 // refused and rollback() says what happened.
 TEST_P(TransactionSafety, ImplicitCommitIsReportedNotHidden) {
   if (engine_ != "mysql") {
-    GTEST_SKIP() << "DDL is transactional here";
+    GTEST_SKIP() << "not on " << testing::display_name(engine_)
+                 << ": DDL is transactional, nothing commits implicitly";
   }
   {
     auto txn = tx_->begin();
@@ -394,7 +395,8 @@ TEST_P(TransactionSafety, ContextsSharingAConnectionCannotHideAnUndo) {
 // was returned again, so events were delivered forever. Such sessions are discarded.
 TEST_P(TransactionSafety, AlteredSessionsAreNotReused) {
   if (engine_ != "mysql") {
-    GTEST_SKIP() << "MariaDB session settings";
+    GTEST_SKIP() << "not on " << testing::display_name(engine_)
+                 << ": autocommit and completion_type are MariaDB session settings";
   }
   auto single = mysql::make_pool(*GetParam().url(), 1);
   for (const std::string set : {"SET autocommit = 0", "SET SESSION completion_type = 'CHAIN'"}) {
@@ -452,7 +454,7 @@ TEST_P(TransactionSafety, SavepointRecoversFromAFailedStatement) {
 // before it was even written). The writer's claim had the same flaw.
 TEST_P(TransactionSafety, DelaysAndClaimsCountFromTheWriteNotTheTransactionStart) {
   if (engine_ == "sqlite") {
-    GTEST_SKIP() << "no server clock";
+    GTEST_SKIP() << "not on SQLite: no server clock";
   }
   auto txn = tx_->begin();
   auto& conn = txn.connection();

@@ -33,4 +33,19 @@ inline std::string engine_name(const ::testing::TestParamInfo<Engine>& info) {
   return info.param.name;
 }
 
+/// An engine as the documentation names it, for the reasons of cases that skip themselves where
+/// they do not apply ("not on SQLite: ...").
+inline std::string display_name(const std::string& engine) {
+  if (engine == "sqlite") {
+    return "SQLite";
+  }
+  if (engine == "postgres") {
+    return "PostgreSQL";
+  }
+  if (engine == "mysql") {
+    return "MariaDB";
+  }
+  return engine;
+}
+
 }  // namespace outbox::testing
