@@ -194,7 +194,7 @@ TEST_P(LeaseContract, RacingAcquirersExactlyOneWins) {
 // The fence makes another statement depend on the holding, in that same statement.
 TEST_P(LeaseContract, AFencedStatementChangesNothingUnderALostHolding) {
   if (!sql()) {
-    GTEST_SKIP() << "the fence is SQL; the in-memory store checks holds() instead";
+    GTEST_SKIP() << "not on the in-memory store: the fence is SQL (it checks holds() instead)";
   }
   conn_->execute("INSERT INTO " + table_ +
                  " (event_id, event_type, payload, status, attempts, available_at, created_at) "
@@ -226,7 +226,8 @@ TEST_P(LeaseContract, AFencedStatementChangesNothingUnderALostHolding) {
 // a live lease nor sees a different expiry.
 TEST_P(LeaseContract, ASessionInAnotherTimeZoneCannotStealALiveLease) {
   if (GetParam().name == "memory" || GetParam().name == "sqlite") {
-    GTEST_SKIP() << "no session time zone: the test's clock, or the host's";
+    GTEST_SKIP() << "not on " << GetParam().name
+                 << ": no session time zone (the test's clock, or the host's)";
   }
   const auto a = store_->acquire(*conn_, "leader", "node-a", 30s);
   ASSERT_TRUE(a);
