@@ -194,7 +194,8 @@ bool LeaseManager::renew_holding(const std::string& name, std::vector<Change>& c
 }
 
 // Called with mutex_ held.
-void LeaseManager::drop(const std::string& name, std::vector<Change>& changes, bool lost) {
+// `name` by value: callers pass the key of the entry this erases.
+void LeaseManager::drop(std::string name, std::vector<Change>& changes, bool lost) {
   auto it = held_.find(name);
   if (it == held_.end()) {
     return;

@@ -112,7 +112,7 @@ class LeaseManager {
   std::chrono::milliseconds next_wait() const;
   bool renew_holding(const std::string& name, std::vector<Change>& changes);
   std::optional<LeaseToken> acquire_now(const std::string& name, std::vector<Change>& changes);
-  void drop(const std::string& name, std::vector<Change>& changes, bool lost);
+  void drop(std::string name, std::vector<Change>& changes, bool lost);
   void expire_untrusted(std::vector<Change>& changes);
   void notify(const std::vector<Change>& changes);
   bool verify(const LeaseToken& token);
