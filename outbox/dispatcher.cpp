@@ -183,6 +183,11 @@ void OutboxDispatcher::release_reservation(std::string_view event_id) {
   ledger_->release_reservation(event_id);
 }
 
+std::uint64_t OutboxDispatcher::inactive_dropped() const {
+  std::lock_guard lock(queue_mutex_);
+  return inactive_dropped_;
+}
+
 std::uint64_t OutboxDispatcher::expired_claims_dropped() const {
   std::lock_guard lock(queue_mutex_);
   return expired_dropped_;
@@ -319,8 +324,10 @@ void OutboxDispatcher::worker_loop() {
   for (;;) {
     std::vector<QueuedEvent> events;
     std::vector<std::string> lapsed;
+    std::vector<std::string> idle;
     int hot_depth;
     int cold_depth;
+    const bool act = acting();
     {
       std::unique_lock lock(queue_mutex_);
       work_ready_.wait(lock, [&] { return abandon_ || closing_ || !queue_->empty(); });
@@ -332,7 +339,9 @@ void OutboxDispatcher::worker_loop() {
         continue;
       }
       for (auto& e : queue_->take(options_.max_batch_size)) {
-        if (claim_lapsed(e)) {
+        if (!act) {
+          idle.push_back(e.envelope.event_id());
+        } else if (claim_lapsed(e)) {
           lapsed.push_back(e.envelope.event_id());
         } else {
           ledger_->running(e.envelope.event_id());
@@ -340,6 +349,7 @@ void OutboxDispatcher::worker_loop() {
         }
       }
       expired_dropped_ += lapsed.size();
+      inactive_dropped_ += idle.size();
       hot_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Hot));
       cold_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Cold));
       if (queue_->empty()) {
@@ -353,6 +363,14 @@ void OutboxDispatcher::worker_loop() {
       log(LogLevel::Warning, "OutboxDispatcher: claim of event " + id +
                                  " may have expired while it was queued; left for the poller");
       finish(id);
+    }
+    if (!idle.empty()) {
+      // Another process holds the lease: it delivers these from the table.
+      log(LogLevel::Info, "OutboxDispatcher: not acting (lease not held); " +
+                              std::to_string(idle.size()) + " queued events left in the table");
+      for (const auto& id : idle) {
+        finish(id);
+      }
     }
     if (events.empty()) {
       continue;

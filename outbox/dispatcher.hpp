@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -89,6 +90,10 @@ class OutboxDispatcher {
     /// least 100 ms), so no later event overtakes it; a status write that fails drops the queued
     /// events, which the poller reads again in order.
     bool ordered = false;
+    /// When set, events are delivered only while it returns true (a lease is held): an event a
+    /// worker takes otherwise is left in the table unprocessed, and the hot path hands nothing
+    /// over (see acting()).
+    std::function<bool()> active;
   };
 
   /// Validates (std::invalid_argument naming the field). Starts no thread: events queued before
@@ -115,6 +120,10 @@ class OutboxDispatcher {
   void release_reservation(std::string_view event_id);
   /// Events dropped unprocessed because their claim may have expired (see claim_timeout).
   std::uint64_t expired_claims_dropped() const;
+  /// False while Options::active says this process must not deliver (no lease held).
+  bool acting() const { return !options_.active || options_.active(); }
+  /// Events left in the table unprocessed because acting() was false when a worker took them.
+  std::uint64_t inactive_dropped() const;
   /// Queues an event from the poller. True if queued, already tracked, or completed during the
   /// current scan; false if the cold queue is full or closing.
   bool enqueue_cold(QueuedEvent event);
@@ -161,6 +170,7 @@ class OutboxDispatcher {
   bool closing_ = false;
   bool abandon_ = false;
   std::uint64_t expired_dropped_ = 0;
+  std::uint64_t inactive_dropped_ = 0;
   std::unique_ptr<internal::StatusWriter> status_writer_;
   std::unique_ptr<internal::DoneFlusher> flusher_;
   std::unique_ptr<internal::ClaimHeartbeat> heartbeat_;

@@ -58,9 +58,14 @@ void DispatcherWriterHook::after_write(const std::vector<EventEnvelope>& events)
 
 void DispatcherWriterHook::after_commit(const std::vector<EventEnvelope>& events) {
   const bool linked = with_dispatcher([&](OutboxDispatcher& dispatcher) {
+    const bool acting = dispatcher.acting();  // without the lease, the holder's poller delivers
     for (const auto& e : events) {
-      if (takes_hot_path(e) &&
-          !dispatcher.enqueue_hot(QueuedEvent{e, QueuedEvent::Source::Hot, 0}, true)) {
+      if (!takes_hot_path(e)) {
+        continue;
+      }
+      if (!acting) {
+        dispatcher.release_reservation(e.event_id());
+      } else if (!dispatcher.enqueue_hot(QueuedEvent{e, QueuedEvent::Source::Hot, 0}, true)) {
         metrics_->increment_hot_dropped();
         log(LogLevel::Warning,
             "hot queue full or closed; event " + e.event_id() + " left for the poller");

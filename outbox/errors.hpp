@@ -76,6 +76,14 @@ class DuplicateEventError : public UniqueViolationError {
       : UniqueViolationError(message, cause.sqlstate(), cause.transaction_usable()) {}
 };
 
+/// A write on behalf of a lease was refused because this process does not hold the lease (any
+/// more): nothing was written, the transaction (if any) is still usable, and the lease's new
+/// holder does the work. Stop acting for the lease.
+class LeaseLostError : public StoreError {
+ public:
+  explicit LeaseLostError(const std::string& message) : StoreError(message, {}, true) {}
+};
+
 /// No listener is registered for an event's (aggregate type, event type): the event goes DEAD once.
 class UnroutableEventError : public std::runtime_error {
  public:

@@ -6,6 +6,7 @@
 
 #include "outbox/dispatcher.hpp"
 #include "outbox/dispatcher_writer_hook.hpp"
+#include "outbox/lease_manager.hpp"
 #include "outbox/listener.hpp"
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
@@ -38,6 +39,46 @@ struct Outbox::ClaimRelease {
   }
 };
 
+// The lease an Outbox acts under: kept from start(), released by close() once the dispatcher has
+// drained, so a standby takes over at once. The poller is reached through a link close() cuts,
+// since the manager (and its listener) may outlive this Outbox.
+struct Outbox::LeaseLink {
+  struct Poller {
+    std::mutex mutex;
+    OutboxPoller* poller = nullptr;
+  };
+  std::shared_ptr<LeaseManager> manager;
+  std::string name;
+  std::shared_ptr<Poller> poller;
+  bool started = false;
+  std::once_flag once;
+
+  void close() {
+    std::call_once(once, [this] {
+      {
+        std::lock_guard lock(poller->mutex);
+        poller->poller = nullptr;
+      }
+      if (!started) {
+        return;
+      }
+      try {
+        manager->release(name);
+      } catch (const std::exception& e) {  // it then expires after its ttl
+        log(LogLevel::Warning, "could not release lease '" + name + "': " + e.what());
+      }
+    });
+  }
+};
+
+namespace {
+
+std::function<bool()> holds_lease(const Outbox::Lease& lease) {
+  return [manager = lease.manager, name = lease.name] { return manager->token(name).has_value(); };
+}
+
+}  // namespace
+
 Outbox Outbox::single_node(Options options) {
   return build(std::move(options), Mode::SingleNode);
 }
@@ -61,6 +102,7 @@ Outbox& Outbox::operator=(Outbox&& other) noexcept {
     purge_ = std::move(other.purge_);
     writer_ = std::move(other.writer_);
     claim_release_ = std::move(other.claim_release_);
+    lease_ = std::move(other.lease_);
   }
   return *this;
 }
@@ -81,6 +123,9 @@ void Outbox::close() {
   }
   if (claim_release_) {
     claim_release_->run();
+  }
+  if (lease_) {
+    lease_->close();
   }
 }
 
@@ -105,6 +150,7 @@ void require_unset_filled_fields(const Outbox::Options& o) {
   require_unset(!d.claim_owner.empty(), "dispatcher.claim_owner", "claim_locking");
   require_unset(d.claim_timeout.count() != 0, "dispatcher.claim_timeout", "claim_locking");
   require_unset(d.ordered, "dispatcher.ordered", "Outbox::ordered()");
+  require_unset(o.lease && d.active, "dispatcher.active", "lease");
   const auto& p = o.poller;
   require_unset(p.connection_provider != nullptr, "poller.connection_provider",
                 "connection_provider");
@@ -113,9 +159,46 @@ void require_unset_filled_fields(const Outbox::Options& o) {
   require_unset(p.metrics != nullptr, "poller.metrics", "metrics");
   require_unset(p.claim_locking.has_value(), "poller.claim_locking", "claim_locking");
   require_unset(p.clock != nullptr, "poller.clock", "clock");
+  require_unset(o.lease && p.active, "poller.active", "lease");
   require_unset(o.purge.connection_provider != nullptr, "purge.connection_provider",
                 "connection_provider");
   require_unset(o.purge.clock != nullptr, "purge.clock", "clock");
+}
+
+void require_valid_forced(const Outbox::Options& o) {
+  if (o.dispatcher.worker_count < 1) {
+    throw std::invalid_argument(
+        "Outbox::ordered: dispatcher.worker_count must be >= 1 (it runs 1)");
+  }
+  if (o.dispatcher.max_attempts < 1) {
+    throw std::invalid_argument(
+        "Outbox::ordered: dispatcher.max_attempts must be >= 1 (it makes 1)");
+  }
+  if (o.dispatcher.max_batch_size < 1) {
+    throw std::invalid_argument(
+        "Outbox::ordered: dispatcher.max_batch_size must be >= 1 (it takes 1)");
+  }
+  if (o.poller.head_rescan_interval.count() < 0) {
+    throw std::invalid_argument(
+        "Outbox::ordered: poller.head_rescan_interval must be >= 0 (it rescans every cycle)");
+  }
+}
+
+void validate_lease_gate(const Outbox::Options& o, bool single_or_ordered) {
+  if (!single_or_ordered) {
+    throw std::invalid_argument(
+        "Outbox: lease is for single_node and ordered modes (multi_node spreads work by claims; "
+        "writer_only delivers nothing)");
+  }
+  if (!o.lease->manager) {
+    throw std::invalid_argument("Outbox: lease.manager is required");
+  }
+  validate_lease_name(o.lease->name);
+  if (o.store->fence() == nullptr) {
+    throw std::invalid_argument(
+        "Outbox: with a lease the store's status writes must be fenced on it "
+        "(StoreOptions::fence = lease.manager->fence(lease.name))");
+  }
 }
 
 }  // namespace
@@ -143,13 +226,23 @@ Outbox Outbox::build(Options o, Mode mode) {
         "Outbox: purge.purger deletes rows by age whatever their status (events not yet "
         "delivered too); use a status-based purger, or writer_only mode for CDC tables");
   }
-  if (mode == Mode::MultiNode && !o.claim_locking) {
-    throw std::invalid_argument("Outbox::multi_node: claim_locking is required");
+  if (mode == Mode::MultiNode) {
+    if (!o.claim_locking) {
+      throw std::invalid_argument("Outbox::multi_node: claim_locking is required");
+    }
+    if (o.claim_locking->lock_timeout.count() <= 0) {
+      throw std::invalid_argument("Outbox::multi_node: claim_locking.lock_timeout must be > 0");
+    }
+  }
+  if (o.lease) {
+    validate_lease_gate(o, mode == Mode::SingleNode || mode == Mode::Ordered);
   }
   if (mode == Mode::Ordered) {
     if (o.claim_locking) {
       throw std::invalid_argument("Outbox::ordered: claim_locking is not supported (single node)");
     }
+    // What ordered mode forces must still be a valid setting: a typo is not silently accepted.
+    require_valid_forced(o);
     o.dispatcher.worker_count = 1;
     o.dispatcher.max_attempts = 1;
     // A batch would hand later events of an aggregate over before an earlier one's outcome is
@@ -183,6 +276,9 @@ Outbox Outbox::build(Options o, Mode mode) {
     dispatcher.claim_timeout =
         o.claim_locking ? o.claim_locking->lock_timeout : std::chrono::milliseconds(0);
     dispatcher.ordered = mode == Mode::Ordered;
+    if (o.lease) {
+      dispatcher.active = holds_lease(*o.lease);
+    }
     outbox.dispatcher_ = std::make_unique<OutboxDispatcher>(std::move(dispatcher));
     // On failure from here on, `outbox` is destroyed, which closes the dispatcher.
     auto poller = std::move(o.poller);
@@ -192,13 +288,10 @@ Outbox Outbox::build(Options o, Mode mode) {
     poller.metrics = o.metrics;
     poller.claim_locking = o.claim_locking;
     poller.clock = o.clock;
-    outbox.poller_ = std::make_unique<OutboxPoller>(std::move(poller));
-    if (o.claim_locking) {
-      outbox.claim_release_ = std::make_unique<ClaimRelease>();
-      outbox.claim_release_->provider = o.connection_provider;
-      outbox.claim_release_->store = o.store;
-      outbox.claim_release_->owner = owner;
+    if (o.lease) {
+      poller.active = holds_lease(*o.lease);
     }
+    outbox.poller_ = std::make_unique<OutboxPoller>(std::move(poller));
     if (mode != Mode::Ordered) {
       hook = std::make_shared<DispatcherWriterHook>(*outbox.dispatcher_, o.metrics, owner);
     }
@@ -210,6 +303,21 @@ Outbox Outbox::build(Options o, Mode mode) {
     outbox.purge_ = std::make_unique<OutboxPurgeScheduler>(std::move(purge));
   }
   outbox.writer_ = std::make_unique<OutboxWriter>(o.tx_context, o.store, std::move(hook));
+  // Last: nothing below can throw, so a factory that fails never releases claims (another
+  // Outbox of the same owner may hold them).
+  if (o.claim_locking) {
+    outbox.claim_release_ = std::make_unique<ClaimRelease>();
+    outbox.claim_release_->provider = o.connection_provider;
+    outbox.claim_release_->store = o.store;
+    outbox.claim_release_->owner = owner;
+  }
+  if (o.lease) {
+    outbox.lease_ = std::make_unique<LeaseLink>();
+    outbox.lease_->manager = o.lease->manager;
+    outbox.lease_->name = o.lease->name;
+    outbox.lease_->poller = std::make_shared<LeaseLink::Poller>();
+    outbox.lease_->poller->poller = outbox.poller_.get();
+  }
   return outbox;
 }
 
@@ -223,6 +331,21 @@ void Outbox::start() {
   }
   if (purge_) {
     purge_->start();
+  }
+  if (lease_ && !lease_->started) {
+    lease_->started = true;
+    // Gaining the lease starts a poll at once instead of after the interval.
+    lease_->manager->add_listener(
+        [name = lease_->name, link = lease_->poller](const LeaseToken& token, bool held) {
+          if (held && token.name == name) {
+            std::lock_guard lock(link->mutex);
+            if (link->poller != nullptr) {
+              link->poller->wake();
+            }
+          }
+        });
+    lease_->manager->keep(lease_->name);
+    lease_->manager->start();
   }
 }
 

@@ -20,6 +20,7 @@ class TxContext;
 class OutboxStore;
 class ListenerRegistry;
 class MetricsExporter;
+class LeaseManager;
 
 /// Owns the components of one mode. Like every component, it starts no thread until start():
 /// events written before that wait in the hot queue (or, past its capacity, in the table) and are
@@ -31,6 +32,16 @@ class Outbox {
   /// collaborators several components share sit at the top; each component's own settings sit in
   /// its nested options, where the fields listed as "filled by Outbox" must stay unset
   /// (std::invalid_argument otherwise: set them here once).
+  /// The lease an Outbox acts under. While `manager` holds `name` the poller reads and the
+  /// workers and the hot path deliver; otherwise events wait in the table for the holder (queued
+  /// ones are dropped, in-flight ones finish and their status writes are fenced). The store must
+  /// be fenced on the same lease (sql::StoreOptions::fence). start() keeps the lease and starts
+  /// the manager; close() releases it after the dispatcher drained.
+  struct Lease {
+    std::shared_ptr<LeaseManager> manager;  ///< required; may be shared with other users
+    std::string name = "leader";
+  };
+
   struct Options {
     std::shared_ptr<sql::ConnectionProvider>
         connection_provider;                      ///< required (writer_only: if purging)
@@ -40,6 +51,8 @@ class Outbox {
     std::shared_ptr<MetricsExporter> metrics;     ///< default: noop
     std::shared_ptr<Clock> clock;                 ///< default: Clock::system()
     std::optional<ClaimLocking> claim_locking;    ///< required by multi_node, refused by ordered
+    /// Primary + standby (single_node, ordered): act only while holding this lease (see Lease).
+    std::optional<Lease> lease;
     /// Workers, queues, attempts, retry policy, interceptors, batches, drain. Filled by Outbox:
     /// connection_provider, store, listeners, metrics, clock, claim_owner, claim_timeout,
     /// ordered. ordered() forces worker_count, max_attempts and max_batch_size to 1.
@@ -93,6 +106,8 @@ class Outbox {
   std::unique_ptr<OutboxWriter> writer_;
   struct ClaimRelease;  // multi_node: what close() needs to free this node's claims, once
   std::unique_ptr<ClaimRelease> claim_release_;
+  struct LeaseLink;  // with a lease: what start() keeps and close() releases
+  std::unique_ptr<LeaseLink> lease_;
 };
 
 }  // namespace outbox

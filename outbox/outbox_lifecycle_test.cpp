@@ -11,6 +11,7 @@ namespace outbox {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::Gate;
 using testing::thread_count;
 using testing::wait_until;
 
@@ -54,7 +55,41 @@ TEST_F(OutboxLifecycleTest, RequiredFieldsAreChecked) {
         o.purge.purger = std::make_shared<testing::InMemoryAgeBasedPurger>();
       },
       &Outbox::writer_only);
+  // Found breaking the nesting: ordered() forced these to 1 (0 ms) before they were checked, so
+  // a typo was silently accepted.
+  bad([](auto& o) { o.dispatcher.worker_count = 0; }, &Outbox::ordered);
+  bad([](auto& o) { o.dispatcher.max_attempts = -7; }, &Outbox::ordered);
+  bad([](auto& o) { o.dispatcher.max_batch_size = 0; }, &Outbox::ordered);
+  bad([](auto& o) { o.poller.head_rescan_interval = -1ms; }, &Outbox::ordered);
+  bad([](auto& o) { o.claim_locking = ClaimLocking{"n", 0ms}; }, &Outbox::multi_node);
+  // A lease needs single_node or ordered, a manager and a store fenced on it.
+  bad([](auto& o) { o.lease = Outbox::Lease{}; }, &Outbox::single_node);
   (void)this;
+}
+
+// Found breaking the nesting: a multi_node factory that threw after building its claim release
+// (a bad purge setting) released, while being destroyed, the claims of every Outbox of the same
+// owner, so an event one of them was delivering went to another node as well.
+TEST_F(OutboxLifecycleTest, AFactoryThatThrowsReleasesNoClaims) {
+  Gate gate;
+  std::atomic<bool> running{false};
+  listeners->register_listener(EventType::of("E"), [&](const auto&) {
+    running = true;
+    gate.wait();
+  });
+  auto o = options();
+  o.claim_locking = ClaimLocking{"node-1", 60000ms};
+  auto a = Outbox::multi_node(o);
+  a.start();
+  const auto id = commit_one(a, "E");
+  ASSERT_TRUE(wait_until([&] { return running.load(); }));
+  auto broken = o;
+  broken.purge.purger = std::make_shared<testing::InMemoryEventPurger>();
+  broken.purge.batch_size = 0;
+  EXPECT_THROW(Outbox::multi_node(broken), std::invalid_argument);
+  EXPECT_EQ(row(id)->locked_by, "node-1");  // still node-1's, while it delivers
+  gate.open();
+  ASSERT_TRUE(wait_status(id, EventStatus::Done));
 }
 
 TEST_F(OutboxLifecycleTest, WriterOnlyPurgesByAge) {

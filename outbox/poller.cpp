@@ -149,12 +149,14 @@ std::chrono::milliseconds OutboxPoller::next_wait() const {
                   std::min<std::chrono::milliseconds>(backoff, std::chrono::seconds(30)));
 }
 
+void OutboxPoller::wake() {
+  worker_->wake();
+}
+
 int OutboxPoller::poll() {
-  {
-    // After close() nothing is handed over: the handler (a closed dispatcher) may be gone.
-    if (worker_->closed()) {
-      return 0;
-    }
+  // After close() nothing is handed over: the handler (a closed dispatcher) may be gone.
+  if (worker_->closed() || (options_.active && !options_.active())) {
+    return 0;
   }
   std::lock_guard cycle(cycle_mutex_);
   auto& handler = *options_.handler;

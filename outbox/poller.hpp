@@ -5,6 +5,7 @@
 #include <chrono>
 #include <climits>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -92,6 +93,8 @@ class OutboxPoller {
     std::chrono::milliseconds head_rescan_interval{1000};
     const JsonCodec* json_codec = nullptr;  ///< default: JsonCodec::default_codec()
     std::shared_ptr<Clock> clock;           ///< default: Clock::system()
+    /// When set, a cycle reads nothing while it returns false (a standby without the lease).
+    std::function<bool()> active;
   };
 
   /// Validates (std::invalid_argument naming the field). Does not start polling.
@@ -110,6 +113,8 @@ class OutboxPoller {
   int poll();
   /// Stops the background thread after its current cycle. Idempotent.
   void close();
+  /// Starts the next background cycle now instead of after the wait (e.g. on gaining a lease).
+  void wake();
   /// The claim owner in use (empty without claim locking).
   const std::string& owner() const noexcept { return owner_; }
   /// The wait before the next background cycle: none after a full batch (a backlog is drained

@@ -74,6 +74,8 @@ std::string truncate_error(std::string_view error);
 /// `text` as valid UTF-8: invalid sequences and NUL bytes become U+FFFD; nothing is cut.
 std::string sanitize_utf8(std::string_view text);
 
+class LeaseFence;
+
 /// Reads and writes the outbox table through a caller-supplied connection; never commits or closes
 /// it. `now` arguments are the caller's clock; an engine with a server clock may document that it
 /// uses the server's time instead (so skewed nodes agree on leases and due times). Implementations
@@ -158,6 +160,8 @@ class OutboxStore {
       sql::Connection& conn) = 0;
   /// created_at of the oldest NEW/RETRY row (due or not), or nullopt when none is pending.
   virtual std::optional<Timestamp> oldest_pending(sql::Connection& conn) = 0;
+  /// The lease the status writes are conditioned on, or nullptr when they are not fenced.
+  virtual const LeaseFence* fence() const { return nullptr; }
 };
 
 /// Decodes a row into the envelope the listeners receive, with headers parsed by `codec`.

@@ -38,6 +38,14 @@ void PeriodicWorker::close() {
   }
 }
 
+void PeriodicWorker::wake() {
+  {
+    std::lock_guard lock(mutex_);
+    woken_ = true;
+  }
+  wake_.notify_all();
+}
+
 bool PeriodicWorker::closed() const {
   std::lock_guard lock(mutex_);
   return closed_;
@@ -50,10 +58,11 @@ void PeriodicWorker::run() {
     work_();
     const auto wait = next_wait_();
     lock.lock();
-    // close() wakes the wait at once.
+    // close() and wake() end the wait at once.
     if (wait.count() > 0) {
-      wake_.wait_for(lock, wait, [&] { return closed_; });
+      wake_.wait_for(lock, wait, [&] { return closed_ || woken_; });
     }
+    woken_ = false;
   }
 }
 

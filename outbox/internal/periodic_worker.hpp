@@ -25,6 +25,8 @@ class PeriodicWorker {
   /// Starts the thread (the work runs at once). Idempotent while running; throws
   /// std::logic_error after close().
   void start();
+  /// Ends the current wait at once (the work runs again now). Nothing before start().
+  void wake();
   /// Stops the thread after the work in progress. Idempotent.
   void close();
   /// True once close() was called: long work checks it to stop early.
@@ -36,10 +38,11 @@ class PeriodicWorker {
   std::string owner_;
   std::function<void()> work_;
   std::function<std::chrono::milliseconds()> next_wait_;
-  mutable std::mutex mutex_;  // guards started_, closed_
+  mutable std::mutex mutex_;  // guards started_, closed_, woken_
   std::condition_variable wake_;
   bool started_ = false;
   bool closed_ = false;
+  bool woken_ = false;
   std::thread thread_;
 };
 

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <limits>
 
+#include "outbox/errors.hpp"
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/sql/lease_store.hpp"
 
 namespace outbox::sql {
 namespace {
@@ -58,9 +60,30 @@ SqlOutboxStore::SqlOutboxStore(const Dialect& dialect, Options options)
       columns_(column_list(dialect, true)),
       columns_without_payload_(column_list(dialect, false)) {
   validate_table_name(options_.table);
+  lease_table_ = lease_table_name(options_.table);
   if (options_.codec == nullptr) {
     options_.codec = &JsonCodec::default_codec();
   }
+}
+
+void SqlOutboxStore::condition_on_lease(Statement& s) const {
+  if (!options_.fence) {
+    return;
+  }
+  const auto token = options_.fence->token();
+  if (!token) {
+    throw LeaseLostError(
+        "not the holder of the lease this store's writes are fenced on: nothing "
+        "written (its holder does the work)");
+  }
+  append_fence(s, dialect_, lease_table_, *token);
+}
+
+int SqlOutboxStore::fenced_result(std::int64_t changed, std::size_t expected) const {
+  if (options_.fence && changed < static_cast<std::int64_t>(expected)) {
+    options_.fence->verify();
+  }
+  return to_int(changed);
 }
 
 std::size_t SqlOutboxStore::id_chunk() const {
@@ -164,7 +187,8 @@ int SqlOutboxStore::mark_done(Connection& conn, std::string_view event_id, Times
       .param(TextRef{event_id})
       .sql(" AND " + pending_statuses())
       .owned_by(owner);
-  return to_int(s.execute(conn));
+  condition_on_lease(s);
+  return fenced_result(s.execute(conn), 1);
 }
 
 int SqlOutboxStore::mark_done_batch(Connection& conn, const std::vector<std::string>& event_ids,
@@ -181,7 +205,8 @@ int SqlOutboxStore::mark_done_batch(Connection& conn, const std::vector<std::str
         .ids_in("event_id", event_ids, i, n)
         .sql(" AND " + pending_statuses())
         .owned_by(owner);
-    changed += to_int(s.execute(conn));
+    condition_on_lease(s);
+    changed += fenced_result(s.execute(conn), n);
   }
   return changed;
 }
@@ -214,7 +239,8 @@ int SqlOutboxStore::reschedule(Connection& conn, std::string_view event_id, Time
       .param(TextRef{event_id})
       .sql(" AND " + pending_statuses())
       .owned_by(owner);
-  return to_int(s.execute(conn));
+  condition_on_lease(s);
+  return fenced_result(s.execute(conn), 1);
 }
 
 int SqlOutboxStore::mark_dead(Connection& conn, std::string_view event_id, Timestamp now,
@@ -230,7 +256,8 @@ int SqlOutboxStore::mark_dead(Connection& conn, std::string_view event_id, Times
       .param(TextRef{event_id})
       .sql(" AND " + pending_statuses())
       .owned_by(owner);
-  return to_int(s.execute(conn));
+  condition_on_lease(s);
+  return fenced_result(s.execute(conn), 1);
 }
 
 void SqlOutboxStore::where_due(Statement& s, Timestamp now,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "outbox/json_codec.hpp"
+#include "outbox/lease_manager.hpp"
 #include "outbox/purge.hpp"
 #include "outbox/sql/dialect.hpp"
 #include "outbox/store.hpp"
@@ -22,6 +23,11 @@ struct StoreOptions {
   /// caller's.
   bool use_database_clock = true;
   const JsonCodec* codec = nullptr;  ///< default: JsonCodec::default_codec()
+  /// Primary + standby: the status writes (mark_*) are conditioned on this lease in the same
+  /// statement, so a process that lost the lease changes no row's outcome (LeaseLostError when it
+  /// knows it does not hold the lease; no row changed, and the holding verified, when only the
+  /// database knows). Claims are not fenced (claim locking and a lease are alternatives).
+  std::shared_ptr<LeaseFence> fence;
 };
 
 /// OutboxStore over `dialect` (which must outlive the store). Every method but the claim and the
@@ -66,6 +72,13 @@ class SqlOutboxStore : public OutboxStore {
   /// Throws std::invalid_argument on a bad table name.
   SqlOutboxStore(const Dialect& dialect, Options options);
 
+  /// With a fence: appends the lease condition, or throws LeaseLostError when the lease is not
+  /// held. Without one: nothing.
+  void condition_on_lease(Statement& s) const;
+  /// With a fence: a write that changed fewer than `expected` rows has the holding verified (it
+  /// may have changed nothing because the lease is gone). Returns `changed`.
+  int fenced_result(std::int64_t changed, std::size_t expected) const;
+  const LeaseFence* fence() const override { return options_.fence.get(); }
   /// A statement in this store's dialect and clock.
   Statement statement() const { return Statement(dialect_, database_clock_); }
   /// Appends " WHERE <pending> AND due at now AND settled for skip_recent".
@@ -98,6 +111,7 @@ class SqlOutboxStore : public OutboxStore {
   const Dialect& dialect_;
   Options options_;
   bool database_clock_;  // asked for and available
+  std::string lease_table_;
   std::string columns_;
   std::string columns_without_payload_;
 };
