@@ -35,6 +35,7 @@ class SqlLeaseStore final : public LeaseStore {
 
 /// Appends " AND EXISTS (…)": true while `token` is the live holding of its lease in `lease_table`,
 /// by the lease clock of the statement itself, so a write made under a lost lease changes nothing.
+/// The token's strings are copied into the statement.
 void append_fence(Statement& s, const Dialect& dialect, const std::string& lease_table,
                   const LeaseToken& token);
 
