@@ -258,7 +258,8 @@ int main(int argc, char** argv) {
       auto pool = open_pool(status_db.url, 1, false);
       auto conn = pool->acquire();
       auto store = detect_store(*conn, status_db.table);
-      const auto report = relay::read_status(*conn, *store, Clock::system()->now());
+      const auto leases = detect_lease_store(*conn, status_db.table);
+      const auto report = relay::read_status(*conn, *store, Clock::system()->now(), leases.get());
       std::fputs(
           status_json ? (relay::to_json(report) + "\n").c_str() : relay::to_text(report).c_str(),
           stdout);

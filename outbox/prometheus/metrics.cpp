@@ -64,6 +64,30 @@ struct PrometheusMetrics::Impl {
           .Help("Time from publish call to broker/endpoint answer")
           .Register(*registry);
 
+  pm::Family<pm::Gauge>& lease_held = pm::BuildGauge()
+                                          .Name("outbox_lease_held")
+                                          .Help("1 while this process holds the lease, else 0")
+                                          .Register(*registry);
+  pm::Family<pm::Gauge>& lease_epoch =
+      pm::BuildGauge()
+          .Name("outbox_lease_epoch")
+          .Help("Epoch of this process's current (or last) holding of the lease")
+          .Register(*registry);
+  pm::Family<pm::Counter>& lease_acquired = pm::BuildCounter()
+                                                .Name("outbox_lease_acquisitions_total")
+                                                .Help("Times this process acquired the lease")
+                                                .Register(*registry);
+  pm::Family<pm::Counter>& lease_takeovers =
+      pm::BuildCounter()
+          .Name("outbox_lease_takeovers_total")
+          .Help("Acquisitions from a holder whose lease expired (failovers)")
+          .Register(*registry);
+  pm::Family<pm::Counter>& lease_lost =
+      pm::BuildCounter()
+          .Name("outbox_lease_losses_total")
+          .Help("Holdings that ended without a release (renewal refused or late, fenced write)")
+          .Register(*registry);
+
   std::mutex series_mutex;  // guards series
   std::map<std::string, PublisherSeries, std::less<>> series;
 
@@ -117,6 +141,24 @@ void PrometheusMetrics::record_queue_depths(int hot, int cold) {
 }
 void PrometheusMetrics::record_oldest_lag_ms(std::int64_t lag_ms) {
   impl_->oldest.Set(static_cast<double>(lag_ms) / 1000.0);
+}
+
+// prometheus-cpp's Family::Add returns the existing series for known labels (thread-safe).
+void PrometheusMetrics::record_lease(std::string_view name, bool held, std::int64_t epoch) {
+  const std::map<std::string, std::string> labels{{"name", std::string(name)}};
+  impl_->lease_held.Add(labels).Set(held ? 1 : 0);
+  impl_->lease_epoch.Add(labels).Set(static_cast<double>(epoch));
+}
+void PrometheusMetrics::increment_lease_acquired(std::string_view name, bool takeover) {
+  const std::map<std::string, std::string> labels{{"name", std::string(name)}};
+  impl_->lease_acquired.Add(labels).Increment();
+  auto& takeovers = impl_->lease_takeovers.Add(labels);  // present at 0 from the first holding on
+  if (takeover) {
+    takeovers.Increment();
+  }
+}
+void PrometheusMetrics::increment_lease_lost(std::string_view name) {
+  impl_->lease_lost.Add({{"name", std::string(name)}}).Increment();
 }
 
 void PrometheusMetrics::record_publish(std::string_view publisher, PublishResult::Kind result,

@@ -32,6 +32,12 @@ class PrometheusMetrics final : public MetricsExporter {
   void increment_status_update_failure() override;
   void record_queue_depths(int hot, int cold) override;
   void record_oldest_lag_ms(std::int64_t lag_ms) override;
+  /// outbox_lease_held{name} (1/0) and outbox_lease_epoch{name}.
+  void record_lease(std::string_view name, bool held, std::int64_t epoch) override;
+  /// outbox_lease_acquisitions_total{name}, outbox_lease_takeovers_total{name}.
+  void increment_lease_acquired(std::string_view name, bool takeover) override;
+  /// outbox_lease_losses_total{name}.
+  void increment_lease_lost(std::string_view name) override;
 
   /// Counts one publication by `publisher` and its latency.
   void record_publish(std::string_view publisher, PublishResult::Kind result,

@@ -37,9 +37,29 @@ TEST(PrometheusMetrics, ExposesCountersGaugesAndPublisherSeries) {
 }
 
 // The exposition must be accepted by Prometheus' own linter (Debian's prometheus package).
+TEST(PrometheusMetrics, LeaseSeries) {
+  PrometheusMetrics m;
+  m.increment_lease_acquired("leader", false);
+  m.record_lease("leader", true, 3);
+  m.increment_lease_lost("leader");
+  m.record_lease("leader", false, 3);
+  m.increment_lease_acquired("leader", true);
+  m.record_lease("leader", true, 5);
+  const std::string text = m.serialize();
+  EXPECT_NE(text.find("outbox_lease_held{name=\"leader\"} 1"), std::string::npos) << text;
+  EXPECT_NE(text.find("outbox_lease_epoch{name=\"leader\"} 5"), std::string::npos) << text;
+  EXPECT_NE(text.find("outbox_lease_acquisitions_total{name=\"leader\"} 2"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("outbox_lease_takeovers_total{name=\"leader\"} 1"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("outbox_lease_losses_total{name=\"leader\"} 1"), std::string::npos) << text;
+}
+
 TEST(PrometheusMetrics, OutputPassesPromtool) {
   PrometheusMetrics m;
   m.increment_dispatch_success();
+  m.record_lease("leader", true, 2);
+  m.increment_lease_acquired("leader", true);
   m.record_publish("log", PublishResult::Kind::Retriable, 1ms);
   testing::TempDir dir;
   const auto path = dir.file("metrics.txt");

@@ -259,6 +259,23 @@ RelayConfig read(const toml::table& root, const std::string& source) {
     top.fail("dispatcher.backoff_max must not be less than dispatcher.backoff_base");
   }
 
+  TableReader relay(sub_table(top, "relay"), "relay", source);
+  std::string mode = "active";
+  relay.string("mode", mode);
+  if (mode != "active" && mode != "standby") {
+    relay.fail(*relay.get("mode"), "relay.mode must be \"active\" or \"standby\"");
+  }
+  c.relay.standby = mode == "standby";
+  relay.duration("lease_ttl", c.relay.lease_ttl, seconds(1), hours(1));
+  relay.duration("lease_renew", c.relay.lease_renew, milliseconds(100), minutes(20));
+  relay.finish();
+  // One failed renewal must not lose the lease: the holding is trusted until ttl − ttl/5.
+  if (c.relay.lease_renew * 5 > c.relay.lease_ttl * 2) {
+    top.fail("relay.lease_renew (" + format_duration(c.relay.lease_renew) +
+             ") must be at most 0.4 × relay.lease_ttl (" + format_duration(c.relay.lease_ttl) +
+             "), so that one failed renewal does not lose the lease");
+  }
+
   TableReader purge(sub_table(top, "purge"), "purge", source);
   purge.boolean("enabled", c.purge.enabled);
   purge.duration("retention", c.purge.retention, seconds(1), days(3650));

@@ -80,6 +80,14 @@ struct RelayConfig {
     /// One worker, no claim locking, one attempt: per-aggregate order on a single relay.
     bool ordered = false;
   } dispatcher;
+  struct Relay {
+    /// "active": every relay delivers, rows spread between relays by claims. "standby": only the
+    /// relay holding the lease "leader" delivers (no claims); the others wait and take over when it
+    /// stops (at once) or dies (after lease_ttl).
+    bool standby = false;
+    std::chrono::milliseconds lease_ttl{15000};
+    std::chrono::milliseconds lease_renew{5000};  ///< at most 0.4 × lease_ttl
+  } relay;
   struct Purge {
     bool enabled = false;
     std::chrono::milliseconds retention{std::chrono::hours(24 * 7)};

@@ -70,6 +70,9 @@ TEST(RelayConfig, ParsesEveryTableWithDefaultsAndEnvironment) {
   EXPECT_EQ(c.dispatcher.max_attempts, 5);
   EXPECT_EQ(c.dispatcher.backoff_max, 600s);
   EXPECT_FALSE(c.dispatcher.ordered);
+  EXPECT_FALSE(c.relay.standby);  // active by default
+  EXPECT_EQ(c.relay.lease_ttl, 15s);
+  EXPECT_EQ(c.relay.lease_renew, 5s);
   EXPECT_EQ(c.admin.host, "127.0.0.1");
   EXPECT_EQ(c.admin.port, 0);
   EXPECT_EQ(c.admin.token, "from-env");
@@ -124,6 +127,11 @@ TEST(RelayConfig, ErrorsNameTheLine) {
   expect_error(head + "[publishers.h]\ntype = \"smtp\"\n" + route, "6:", "not one of kafka");
   expect_error(head + route + "[admin]\ntoken = \"${OUTBOX_TEST_UNSET_VARIABLE}\"\n",
                "8:", "OUTBOX_TEST_UNSET_VARIABLE is not set");
+  expect_error(head + route + "[relay]\nmode = \"passive\"\n",
+               "8:", "relay.mode must be \"active\" or \"standby\"");
+  expect_error(
+      head + route + "[relay]\nmode = \"standby\"\nlease_ttl = \"10s\"\nlease_renew = \"5s\"\n",
+      "1:1:", "relay.lease_renew (5s) must be at most 0.4 × relay.lease_ttl (10s)");
   expect_error(head, "1:1:", "[[routes]]");
   expect_error("[publishers.p]\ntype = \"log\"\n" + route, "1:1:", "database.url is required");
   EXPECT_THROW(load_config("/nonexistent/relay.toml"), ConfigError);
@@ -160,6 +168,15 @@ TEST(RelayConfig, Durations) {
   EXPECT_EQ(format_duration(1500ms), "1500ms");
 }
 
+TEST(RelayConfig, StandbyModeAndItsLease) {
+  const auto c = parse_config(
+      "[database]\nurl = \"sqlite:///x.db\"\n[relay]\nmode = \"standby\"\nlease_ttl = \"30s\"\n"
+      "lease_renew = \"10s\"\n[publishers.p]\ntype = \"log\"\n[[routes]]\npublisher = \"p\"\n");
+  EXPECT_TRUE(c.relay.standby);
+  EXPECT_EQ(c.relay.lease_ttl, 30s);
+  EXPECT_EQ(c.relay.lease_renew, 10s);
+}
+
 TEST(RelayConfig, EveryDurationKeyIsBoundedAndNamesItsLimits) {
   const std::string head = "[database]\nurl = \"sqlite:///tmp/x.db\"\n";
   const std::string tail =
@@ -178,7 +195,9 @@ TEST(RelayConfig, EveryDurationKeyIsBoundedAndNamesItsLimits) {
                         Case{"dispatcher", "backoff_max", "31d", "between 1ms and 30d"},
                         Case{"purge", "retention", "3651d", "at most 3650d"},
                         Case{"purge", "interval", "31d", "between 1s and 30d"},
-                        Case{"purge", "interval", "0s", "between 1s and 30d"}}) {
+                        Case{"purge", "interval", "0s", "between 1s and 30d"},
+                        Case{"relay", "lease_ttl", "500ms", "between 1s and 1h"},
+                        Case{"relay", "lease_renew", "50ms", "between 100ms and 20m"}}) {
     const std::string text =
         head + "[" + c.table + "]\n" + c.key + " = \"" + c.value + "\"\n" + tail;
     try {

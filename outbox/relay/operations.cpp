@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "outbox/errors.hpp"
 #include "outbox/json_codec.hpp"
 
 namespace outbox::relay {
@@ -17,7 +18,16 @@ void append_optional(std::string& out, const std::optional<std::string>& value) 
 
 }  // namespace
 
-StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp now) {
+void append_instant(std::string& out, const std::optional<Timestamp>& t) {
+  if (t) {
+    out += "\"" + format_rfc3339(*t) + "\"";
+  } else {
+    out += "null";
+  }
+}
+
+StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp now,
+                         LeaseStore* leases) {
   StatusReport r;
   const auto counts = store.count_by_status(conn);
   r.new_count = counts[0];
@@ -30,6 +40,13 @@ StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp no
                  std::chrono::duration_cast<std::chrono::milliseconds>(now - *oldest));
   }
   r.dead_by_type = store.count_dead_by_type(conn);
+  if (leases != nullptr) {
+    try {
+      r.leases = leases->list(conn);
+    } catch (const StoreError&) {
+      // No lease table yet: the counts above stand; to_text says to migrate.
+    }
+  }
   return r;
 }
 
@@ -53,7 +70,36 @@ std::string to_json(const StatusReport& r) {
     append_json_string(out, r.dead_by_type[i].first);
     out += ":" + std::to_string(r.dead_by_type[i].second);
   }
-  out += "}}";
+  out += "},\"leases\":";
+  if (r.leases) {
+    out += "[";
+    for (std::size_t i = 0; i < r.leases->size(); ++i) {
+      const auto& l = (*r.leases)[i];
+      out += i > 0 ? ",{\"name\":" : "{\"name\":";
+      append_json_string(out, l.name);
+      out += ",\"owner\":";
+      append_optional(out, l.owner);
+      out += ",\"epoch\":" + std::to_string(l.epoch) + ",\"live\":" + (l.live ? "true" : "false");
+      out += ",\"acquired_at\":";
+      append_instant(out, l.acquired_at);
+      out += ",\"renewed_at\":";
+      append_instant(out, l.renewed_at);
+      out += ",\"expires_at\":";
+      append_instant(out, l.expires_at);
+      out += "}";
+    }
+    out += "]";
+  } else {
+    out += "null";
+  }
+  if (r.relay) {
+    out += ",\"relay\":{\"mode\":";
+    append_json_string(out, r.relay->mode);
+    out += ",\"owner\":";
+    append_json_string(out, r.relay->owner);
+    out += std::string(",\"leader\":") + (r.relay->leader ? "true" : "false") + "}";
+  }
+  out += "}";
   return out;
 }
 
@@ -75,6 +121,29 @@ std::string to_text(const StatusReport& r) {
     for (const auto& [type, n] : r.dead_by_type) {
       out += "  " + type + "  " + std::to_string(n) + "\n";
     }
+  }
+  if (!r.leases) {
+    out += "leases: unknown (no lease table: run `outbox migrate`)\n";
+  } else if (r.leases->empty()) {
+    out += "leases: none\n";
+  } else {
+    out += "leases:\n";
+    for (const auto& l : *r.leases) {
+      out += "  " + l.name + "  " +
+             (l.live ? "held by " + l.owner.value_or("?") : std::string("free")) + "  epoch " +
+             std::to_string(l.epoch);
+      if (l.live && l.acquired_at) {
+        out += "  since " + format_rfc3339(*l.acquired_at);
+      }
+      if (l.live && l.expires_at) {
+        out += "  expires " + format_rfc3339(*l.expires_at);
+      }
+      out += "\n";
+    }
+  }
+  if (r.relay) {
+    out += "this relay: " + r.relay->mode + ", owner " + r.relay->owner +
+           (r.relay->leader ? ", leader\n" : "\n");
   }
   return out;
 }

@@ -10,20 +10,33 @@
 #include <vector>
 
 #include "outbox/clock.hpp"
+#include "outbox/lease.hpp"
 #include "outbox/store.hpp"
 
 namespace outbox::relay {
 
-/// Counts by status, age of the oldest pending event, DEAD rows per type.
+/// Counts by status, age of the oldest pending event, DEAD rows per type, the leases (who leads),
+/// and, from a running relay, that relay's own view.
 struct StatusReport {
   std::int64_t new_count = 0, done = 0, retry = 0, dead = 0;
   std::optional<std::chrono::milliseconds> oldest_pending_age;  ///< nullopt: nothing pending
   std::vector<std::pair<std::string, std::int64_t>> dead_by_type;
+  /// The lease table's rows; nullopt when it could not be read (a schema older than version 3).
+  std::optional<std::vector<LeaseInfo>> leases;
+  struct RelayView {
+    std::string mode;     ///< "active" or "standby"
+    std::string owner;    ///< this relay's claim and lease owner
+    bool leader = false;  ///< standby mode: this relay holds the lease "leader" now
+  };
+  std::optional<RelayView> relay;
 };
 
-/// Reads the report. Throws outbox::StoreError.
-StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp now);
-/// {"new":…,"done":…,"retry":…,"dead":…,"oldest_pending_age_seconds":…|null,"dead_by_type":{…}}
+/// Reads the report (the leases through `leases` when given). Throws outbox::StoreError.
+StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp now,
+                         LeaseStore* leases = nullptr);
+/// {"new":…,"done":…,"retry":…,"dead":…,"oldest_pending_age_seconds":…|null,"dead_by_type":{…},
+/// "leases":[{"name","owner","epoch","live","acquired_at","renewed_at","expires_at"}]|null,
+/// "relay":{"mode","owner","leader"} (from a running relay)}
 std::string to_json(const StatusReport& report);
 /// Aligned lines for a terminal.
 std::string to_text(const StatusReport& report);

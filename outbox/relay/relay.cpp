@@ -12,6 +12,7 @@
 #include "outbox/errors.hpp"
 #include "outbox/http/publisher.hpp"
 #include "outbox/kafka/publisher.hpp"
+#include "outbox/lease_manager.hpp"
 #include "outbox/listener.hpp"
 #include "outbox/log.hpp"
 #include "outbox/outbox.hpp"
@@ -167,6 +168,9 @@ struct Relay::Impl {
   std::shared_ptr<prometheus::PrometheusMetrics> metrics =
       std::make_shared<prometheus::PrometheusMetrics>();
   std::map<std::string, std::shared_ptr<Publisher>> publishers;
+  std::string owner;                        // claims (active) or the lease (standby)
+  std::shared_ptr<LeaseStore> lease_store;  // reads the lease table for status
+  std::shared_ptr<LeaseManager> leases;     // standby mode
   std::unique_ptr<Outbox> outbox;
   std::unique_ptr<AdminServer> admin;
   std::mutex lifecycle_mutex;  // guards started/stopped transitions
@@ -195,12 +199,15 @@ struct Relay::Impl {
       o.purge.retention = std::chrono::duration_cast<std::chrono::seconds>(config.purge.retention);
       o.purge.interval = config.purge.interval;
     }
+    if (leases) {
+      o.lease = Outbox::Lease{.manager = leases};
+    }
     if (config.dispatcher.ordered) {
       outbox = std::make_unique<Outbox>(Outbox::ordered(std::move(o)));
+    } else if (leases) {
+      outbox = std::make_unique<Outbox>(Outbox::single_node(std::move(o)));
     } else {
-      o.claim_locking =
-          ClaimLocking{.owner = config.poller.owner.empty() ? default_owner() : config.poller.owner,
-                       .lock_timeout = config.poller.lock_expiry};
+      o.claim_locking = ClaimLocking{.owner = owner, .lock_timeout = config.poller.lock_expiry};
       outbox = std::make_unique<Outbox>(Outbox::multi_node(std::move(o)));
     }
   }
@@ -214,7 +221,12 @@ struct Relay::Impl {
     h.metrics = [this] { return metrics->serialize(); };
     h.status_json = [this] {
       auto conn = pool->acquire();
-      return to_json(read_status(*conn, *store, Clock::system()->now()));
+      auto report = read_status(*conn, *store, Clock::system()->now(), lease_store.get());
+      report.relay =
+          StatusReport::RelayView{.mode = leases ? "standby" : "active",
+                                  .owner = owner,
+                                  .leader = leases && leases->token("leader").has_value()};
+      return to_json(report);
     };
     auto dead = std::make_shared<DeadEventManager>(pool, store);
     h.dead_json = [dead](std::optional<std::string> type, std::optional<std::string> aggregate,
@@ -240,11 +252,27 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
                           sql::NetworkTimeouts{.connect = c.database.connect_timeout,
                                                .keepalive_idle = c.database.keepalive_idle,
                                                .io = c.database.io_timeout});
+  impl_->owner = c.poller.owner.empty() ? default_owner() : c.poller.owner;
   {
     auto conn = impl_->pool->acquire();
-    impl_->store = detect_store(*conn, c.database.table);
+    impl_->lease_store = detect_lease_store(*conn, c.database.table);
+    sql::StoreOptions store_options{.table = c.database.table};
+    if (c.relay.standby) {
+      impl_->leases = std::make_shared<LeaseManager>(
+          LeaseManager::Options{.connection_provider = impl_->pool,
+                                .store = impl_->lease_store,
+                                .owner = impl_->owner,
+                                .ttl = c.relay.lease_ttl,
+                                .renew_interval = c.relay.lease_renew,
+                                .metrics = impl_->metrics});
+      store_options.fence = impl_->leases->fence("leader");
+    }
+    impl_->store = engine_for(conn->dialect()).make_store(store_options);
     try {
       impl_->store->oldest_pending(*conn);  // cheap (indexed) proof that the table is there
+      if (impl_->leases) {
+        impl_->lease_store->find(*conn, "leader");  // and its lease table (schema version 3)
+      }
     } catch (const StoreError& e) {
       throw StoreError("outbox table '" + c.database.table +
                            "' is not usable (run `outbox migrate`" + " first?): " + e.what(),
