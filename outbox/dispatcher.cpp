@@ -327,7 +327,6 @@ void OutboxDispatcher::worker_loop() {
     std::vector<std::string> idle;
     int hot_depth;
     int cold_depth;
-    const bool act = acting();
     {
       std::unique_lock lock(queue_mutex_);
       work_ready_.wait(lock, [&] { return abandon_ || closing_ || !queue_->empty(); });
@@ -338,6 +337,10 @@ void OutboxDispatcher::worker_loop() {
         }
         continue;
       }
+      // Asked after the wait, not before: a worker that slept through the lease being gained
+      // would drop the events it wakes up for. (The predicate only takes the lease manager's own
+      // lock, which is never held while calling into a dispatcher.)
+      const bool act = acting();
       for (auto& e : queue_->take(options_.max_batch_size)) {
         if (!act) {
           idle.push_back(e.envelope.event_id());
@@ -447,6 +450,18 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
   }
 }
 
+bool OutboxDispatcher::left_for_holder(const QueuedEvent& queued) {
+  if (acting()) {
+    return false;
+  }
+  {
+    std::lock_guard lock(queue_mutex_);
+    ++inactive_dropped_;
+  }
+  finish(queued.envelope.event_id());
+  return true;
+}
+
 void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
   // Group by batch listener, keeping queue order within each group; events without one (or
   // whose lookup fails) go one by one.
@@ -473,7 +488,16 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
     }
     group->second.push_back(i);
   }
+  // A batch takes a while: before each call it is asked again whether this process may still
+  // deliver. One that lost its lease midway (paused, cut off) leaves the rest to the new holder.
+  std::size_t left = 0;
   for (auto& [listener, members] : groups) {
+    if (!acting()) {
+      for (std::size_t m : members) {
+        left += left_for_holder(events[m]) ? 1 : 0;
+      }
+      continue;
+    }
     std::vector<DeliveryResult> results(members.size());
     std::vector<const EventEnvelope*> batch;
     std::vector<std::size_t> batch_members;  // positions in `members` of the events in `batch`
@@ -503,7 +527,15 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
     }
   }
   for (std::size_t i : singles) {
-    process(events[i]);
+    if (left_for_holder(events[i])) {
+      ++left;
+    } else {
+      process(events[i]);
+    }
+  }
+  if (left > 0) {
+    log(LogLevel::Info, "OutboxDispatcher: not acting (lease lost); " + std::to_string(left) +
+                            " taken events left in the table");
   }
 }
 

@@ -150,6 +150,8 @@ class OutboxDispatcher {
  private:
   void worker_loop();
   void process(QueuedEvent& event);
+  // True, and the event left in the table unprocessed, when acting() is false now.
+  bool left_for_holder(const QueuedEvent& queued);
   void process_batch(std::vector<QueuedEvent>& events);
   DeliveryResult run_listener(const EventEnvelope& event);
   bool run_before(const EventEnvelope& event, DeliveryResult& failure);

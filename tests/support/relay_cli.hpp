@@ -37,11 +37,13 @@ inline CommandResult run_cli(const TempDir& dir, const std::string& args) {
   return {code.value_or(-1), read_file(out), read_file(err)};
 }
 
-// A relay process; killed if the test ends without stopping it.
+// A relay process; killed if the test ends without stopping it. `name` names its files, so
+// several relays can share a directory.
 class RelayProcess {
  public:
-  RelayProcess(const TempDir& dir, const std::string& config) : log_(dir.file("relay.log")) {
-    const auto path = dir.file("relay.toml");
+  RelayProcess(const TempDir& dir, const std::string& config, const std::string& name = "relay")
+      : log_(dir.file(name + ".log")) {
+    const auto path = dir.file(name + ".toml");
     std::ofstream(path) << config;
     pid_ = spawn(
         {"/bin/sh", "-c", "exec '" OUTBOX_CLI_PATH "' relay -c '" + path + "' 2>'" + log_ + "'"});
