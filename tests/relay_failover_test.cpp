@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <map>
@@ -29,6 +30,18 @@ using testing::run_cli;
 using testing::wait_until;
 
 constexpr int kWorkers = 4;
+
+// Debian's libfaketime (package faketime), wherever the multiarch directory is.
+std::string libfaketime() {
+  for (const char* dir : {"/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib"}) {
+    const std::string path = std::string(dir) + "/faketime/libfaketime.so.1";
+    if (access(path.c_str(), R_OK) == 0) {
+      return path;
+    }
+  }
+  ADD_FAILURE() << "libfaketime.so.1 not found: scripts/install-deps installs the package faketime";
+  return "";
+}
 
 class RelayFailover : public ::testing::TestWithParam<std::string> {
  protected:
@@ -61,26 +74,15 @@ class RelayFailover : public ::testing::TestWithParam<std::string> {
     }
   }
 
-  // Starts relay `name` in standby mode.
-  void start_relay(const std::string& name) {
-    relays_[name] =
-        std::make_unique<RelayProcess>(dir_,
-                                       "[database]\nurl = \"" + url_ + "\"\ntable = \"" + table_ +
-                                           "\"\n"
-                                           "[poller]\ninterval = \"50ms\"\nowner = \"" +
-                                           name +
-                                           "\"\n"
-                                           "[dispatcher]\nworkers = " +
-                                           std::to_string(kWorkers) +
-                                           "\ndrain_timeout = \"5s\"\n"
-                                           "[relay]\nmode = \"standby\"\nlease_ttl = "
-                                           "\"2s\"\nlease_renew = \"400ms\"\n"
-                                           "[admin]\nport = 0\n"
-                                           "[publishers.hooks]\ntype = \"http\"\n"
-                                           "[[routes]]\npublisher = \"hooks\"\n"
-                                           "target = \"" +
-                                           http_.url("/hooks") + "\"\n",
-                                       name);
+  // Starts relay `name` in standby mode (`environment`: see RelayProcess).
+  void start_relay(const std::string& name, const std::string& environment = "") {
+    std::string config = "[database]\nurl = \"" + url_ + "\"\ntable = \"" + table_ + "\"\n";
+    config += "[poller]\ninterval = \"50ms\"\nowner = \"" + name + "\"\n";
+    config += "[dispatcher]\nworkers = " + std::to_string(kWorkers) + "\ndrain_timeout = \"5s\"\n";
+    config += "[relay]\nmode = \"standby\"\nlease_ttl = \"2s\"\nlease_renew = \"400ms\"\n";
+    config += "[admin]\nport = 0\n[publishers.hooks]\ntype = \"http\"\n";
+    config += "[[routes]]\npublisher = \"hooks\"\ntarget = \"" + http_.url("/hooks") + "\"\n";
+    relays_[name] = std::make_unique<RelayProcess>(dir_, config, name, environment);
   }
   // The live holder of the lease "leader", if any (the database's view).
   std::optional<std::string> leader() {
@@ -277,6 +279,117 @@ TEST_P(RelayFailover, LeaderKilledStoppedAndPausedNothingLost) {
   ASSERT_TRUE(metrics);
   EXPECT_NE(metrics->body.find("outbox_lease_held{name=\"leader\"} 1"), std::string::npos)
       << metrics->body;
+}
+
+// Relays whose clocks are an hour ahead and an hour behind (libfaketime: the wall clock only)
+// stand by beside a leader on the right time: neither takes its live lease, however long it
+// renews; when it dies, one of them takes over after the ttl, as any standby would.
+TEST_P(RelayFailover, SkewedStandbysDoNotStealALiveLease) {
+  if (GetParam() == "sqlite") {
+    GTEST_SKIP() << "not on SQLite: its lease clock is the host's, which every process on the "
+                    "file shares";
+  }
+  start_relay("relay-on-time");
+  ASSERT_TRUE(wait_until([&] { return leader() == std::optional<std::string>("relay-on-time"); }));
+  const auto first = leases_->find(*pool_->acquire(), "leader");
+  // libfaketime preloaded (what the faketime command does, without its extra process): the wall
+  // clock moved, the monotonic clock left alone.
+  const std::string skew =
+      "LD_PRELOAD=" + libfaketime() + " FAKETIME_DONT_FAKE_MONOTONIC=1 FAKETIME=";
+  start_relay("relay-ahead", skew + "+1h");
+  start_relay("relay-behind", skew + "-1h");
+  ASSERT_TRUE(wait_until([&] {
+    return relays_.at("relay-ahead")->log().find("relay started") != std::string::npos &&
+           relays_.at("relay-behind")->log().find("relay started") != std::string::npos;
+  }));
+  // Their own log lines carry the skewed clocks (the hour, at least).
+  const auto hour = [](Timestamp t) { return format_rfc3339(t).substr(0, 13); };
+  const auto now = std::chrono::system_clock::now();
+  EXPECT_NE(relays_.at("relay-ahead")->log().find(hour(now + 1h)), std::string::npos);
+  EXPECT_NE(relays_.at("relay-behind")->log().find(hour(now - 1h)), std::string::npos);
+  start_producer();
+  // Three ttls of renewals by the database's clock, every one of them by the same holding.
+  ASSERT_TRUE(wait_until([&] {
+    const auto now = leases_->find(*pool_->acquire(), "leader");
+    EXPECT_EQ(now->owner, "relay-on-time");
+    EXPECT_EQ(now->epoch, first->epoch);
+    return *now->renewed_at - *first->renewed_at > 6s;
+  }));
+  kill(relays_.at("relay-on-time")->pid(), SIGKILL);
+  relays_.at("relay-on-time")->wait();
+  auto [next, ms] = takeover_from("relay-on-time");
+  EXPECT_TRUE(next == "relay-ahead" || next == "relay-behind") << next;
+  EXPECT_EQ(epoch(), first->epoch + 1);
+  wait_for_more(100);
+  stop_producer();
+  const auto total = committed();
+  ASSERT_TRUE(wait_until(
+      [&] {
+        return store_->count_by_status(*pool_->acquire())[1] == static_cast<std::int64_t>(total);
+      },
+      120s));
+  EXPECT_EQ(received().size(), total);
+  std::printf(
+      "[ figures  ] %s: skewed standbys (+1h, -1h) held off for 3 ttls; %s took over %lld ms "
+      "after SIGKILL\n",
+      GetParam().c_str(), next.c_str(), static_cast<long long>(ms.count()));
+}
+
+// The server kills every session of the relays (an idle-session cull, a failover of the
+// database's proxy): the leader notices at its next renewal, reconnects and renews the same
+// holding (a table lease does not die with a connection); there is never a second leader, and
+// the events written afterwards are all delivered.
+TEST_P(RelayFailover, KilledSessionsCostNoSecondLeader) {
+  if (GetParam() == "sqlite") {
+    GTEST_SKIP() << "not on SQLite: no server sessions to kill";
+  }
+  start_relay("relay-a");
+  start_relay("relay-b");
+  std::optional<std::string> first;
+  ASSERT_TRUE(wait_until([&] { return (first = leader()).has_value(); }));
+  const auto first_epoch = epoch();
+  {
+    auto conn = pool_->acquire();
+    if (GetParam() == "postgres") {
+      conn->execute(
+          "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+          "current_database() AND pid <> pg_backend_pid() AND usename = current_user");
+    } else {
+      for (const auto& row : conn->query(
+               "SELECT id FROM information_schema.PROCESSLIST WHERE id <> CONNECTION_ID() AND "
+               "user = SUBSTRING_INDEX(CURRENT_USER(), '@', 1) AND command <> 'Daemon'")) {
+        try {
+          conn->execute("KILL " + std::to_string(row.get_int(0)));
+        } catch (const std::exception&) {
+          // The session ended between the listing and the KILL.
+        }
+      }
+    }
+  }
+  // The leader's next renewal meets the dead session, reconnects and renews.
+  ASSERT_TRUE(wait_until([&] {
+    return relays_.at(*first)->log().find("renewal failed") != std::string::npos;
+  })) << relays_.at(*first)->log();
+  std::vector<EventEnvelope> events;
+  for (int i = 0; i < 200; ++i) {
+    events.push_back(EventEnvelope::of_json(EventType::of("Tick"), "{}"));
+  }
+  store_->insert_batch(*pool_->acquire(), events);
+  std::set<std::string> leaders;
+  ASSERT_TRUE(wait_until(
+      [&] {
+        if (auto l = leader()) {
+          leaders.insert(*l);
+        }
+        return store_->count_by_status(*pool_->acquire())[1] == 200;
+      },
+      60s));
+  EXPECT_EQ(received().size(), 200u);
+  std::printf(
+      "[ figures  ] %s: sessions killed; leader %s, epoch %lld -> %lld, %zu holder(s) seen\n",
+      GetParam().c_str(), first->c_str(), static_cast<long long>(first_epoch),
+      static_cast<long long>(epoch()), leaders.size());
+  EXPECT_EQ(epoch(), first_epoch);  // the same holding throughout
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, RelayFailover, ::testing::Values("sqlite", "postgres", "mysql"),

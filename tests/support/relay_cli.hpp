@@ -38,15 +38,18 @@ inline CommandResult run_cli(const TempDir& dir, const std::string& args) {
 }
 
 // A relay process; killed if the test ends without stopping it. `name` names its files, so
-// several relays can share a directory.
+// several relays can share a directory; `environment` is "NAME=value ..." for the relay only
+// (the relay is exec'ed, so its pid is the child's and a kill reaches it).
 class RelayProcess {
  public:
-  RelayProcess(const TempDir& dir, const std::string& config, const std::string& name = "relay")
+  RelayProcess(const TempDir& dir, const std::string& config, const std::string& name = "relay",
+               const std::string& environment = "")
       : log_(dir.file(name + ".log")) {
     const auto path = dir.file(name + ".toml");
     std::ofstream(path) << config;
     pid_ = spawn(
-        {"/bin/sh", "-c", "exec '" OUTBOX_CLI_PATH "' relay -c '" + path + "' 2>'" + log_ + "'"});
+        {"/bin/sh", "-c",
+         environment + " exec '" OUTBOX_CLI_PATH "' relay -c '" + path + "' 2>'" + log_ + "'"});
   }
   ~RelayProcess() {
     if (pid_ > 0) {
