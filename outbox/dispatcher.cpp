@@ -436,12 +436,12 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
       const auto pause = std::max(clamp_delay(result.delay), kMinOrderedPause);
       std::unique_lock lock(queue_mutex_);
       const bool stopping = work_ready_.wait_for(lock, pause, [&] { return closing_; });
-      if (!stopping) {
+      lock.unlock();
+      if (!stopping && acting()) {
         continue;
       }
-      lock.unlock();
-      // Closing: this row and every later one stay pending, to be delivered in order after a
-      // restart.
+      // Closing, or the lease went to another process meanwhile: this row and every later one
+      // stay pending, to be delivered in order after a restart or by the lease's holder.
       drop_queued(event.event_id());
       return;
     }

@@ -189,4 +189,40 @@ TEST_F(DispatcherTest, ADeadlockedStatusWriteIsWrittenAgainWithItsMessage) {
 }
 
 }  // namespace
+// Found breaking leases: in ordered mode a deferral retried in place went on after the process
+// lost its lease (the new holder delivered the same event meanwhile). The retry now stops, and
+// the event and those behind it stay in the table for the holder.
+TEST_F(DispatcherTest, AnOrderedDeferralStopsWhenTheProcessMayNoLongerDeliver) {
+  std::atomic<bool> active{true};
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("Held"), [&](const EventEnvelope&) {
+    if (++calls == 2) {
+      active = false;  // the lease went elsewhere
+    }
+    throw RetryLater(std::chrono::milliseconds(1), "429", false);
+  });
+  auto o = options();
+  o.ordered = true;
+  o.worker_count = 1;
+  o.max_attempts = 1;
+  o.active = [&] { return active.load(); };
+  OutboxDispatcher dispatcher(o);
+  dispatcher.start();
+  const auto e = committed("Held", "h1");
+  ASSERT_TRUE(dispatcher.enqueue_hot(queued(e), false));
+  // Released once the worker gave it up.
+  ASSERT_TRUE(wait_until([&] {
+    if (dispatcher.reserve(e.event_id())) {
+      dispatcher.release_reservation(e.event_id());
+      return true;
+    }
+    return false;
+  }));
+  const int after = calls.load();
+  dispatcher.close();
+  EXPECT_EQ(after, 2);
+  EXPECT_EQ(calls.load(), 2);
+  EXPECT_EQ(status(e.event_id()), EventStatus::New);
+}
+
 }  // namespace outbox

@@ -38,6 +38,9 @@ class LeaseManager::Fence final : public LeaseFence {
       manager_.verify(*t);
     }
   }
+  bool is_for(const LeaseManager& manager, std::string_view name) const override {
+    return &manager == &manager_ && name == name_;
+  }
 
  private:
   LeaseManager& manager_;
@@ -209,6 +212,9 @@ void LeaseManager::drop(std::string name, std::vector<Change>& changes, bool los
 }
 
 void LeaseManager::release(const std::string& name) {
+  // The database lock first: an acquisition the thread has in flight ends before, so what it
+  // took is released here instead of being kept (and renewed) after this call.
+  std::lock_guard db(db_mutex_);
   std::vector<Change> changes;
   std::optional<LeaseToken> token;
   {
@@ -221,7 +227,6 @@ void LeaseManager::release(const std::string& name) {
   }
   notify(changes);  // stop acting first: the database may hand it over as soon as it is released
   if (token) {
-    std::lock_guard db(db_mutex_);
     with_connection([&](sql::Connection& conn) { return options_.store->release(conn, *token); });
   }
 }

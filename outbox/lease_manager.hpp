@@ -36,6 +36,8 @@ class LeaseFence {
   /// A fenced write changed fewer rows than it meant to: the holding is checked at once and, if
   /// the database no longer has it, given up (listeners learn it is lost).
   virtual void verify() = 0;
+  /// True when this fence is lease `name` of `manager`.
+  virtual bool is_for(const LeaseManager& manager, std::string_view name) const = 0;
 };
 
 /// Acquires, renews and releases leases for one owner through a LeaseStore. A holding is trusted

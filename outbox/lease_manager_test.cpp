@@ -27,6 +27,10 @@ class FlakyLeaseStore final : public LeaseStore {
   std::optional<LeaseToken> acquire(sql::Connection& c, std::string_view n, std::string_view o,
                                     std::chrono::milliseconds ttl) override {
     fail_if_down();
+    if (hold_acquire) {
+      acquiring = true;
+      hold_acquire->wait();
+    }
     return inner_->acquire(c, n, o, ttl);
   }
   bool renew(sql::Connection& c, const LeaseToken& t, std::chrono::milliseconds ttl) override {
@@ -50,6 +54,8 @@ class FlakyLeaseStore final : public LeaseStore {
     return inner_->list(c);
   }
   std::atomic<bool> down{false};
+  testing::Gate* hold_acquire = nullptr;  // set before start(): acquisitions wait for it
+  std::atomic<bool> acquiring{false};
 
  private:
   void fail_if_down() {
@@ -197,6 +203,28 @@ TEST_F(LeaseManagerTest, AFenceVerifiesAndGivesUpALostHolding) {
   fence->verify();  // a fenced write changed nothing: the holding is checked and given up
   EXPECT_FALSE(fence->token());
   EXPECT_EQ(metrics->snapshot().lease_lost, 1);
+}
+
+// Found breaking leases: release() while the thread's acquisition was in flight found nothing
+// held, and the thread then kept (and renewed) what it took, so no standby ever got the lease.
+TEST_F(LeaseManagerTest, ReleaseWhileAnAcquisitionIsInFlightEndsHeldNothing) {
+  testing::Gate gate;
+  store->hold_acquire = &gate;
+  LeaseManager a(options("node-a"));
+  a.keep("leader");
+  a.start();
+  ASSERT_TRUE(wait_until([&] { return store->acquiring.load(); }));
+  std::thread releaser([&] { a.release("leader"); });
+  gate.open();
+  releaser.join();
+  EXPECT_FALSE(a.token("leader"));
+  sql::PooledConnection conn = pool->acquire();
+  const auto row = table->find(conn.get(), "leader");
+  ASSERT_TRUE(row);
+  EXPECT_FALSE(row->live);  // released in the database too: a standby may take it at once
+  store->hold_acquire = nullptr;
+  LeaseManager b(options("node-b"));
+  EXPECT_TRUE(b.try_acquire("leader"));
 }
 
 TEST_F(LeaseManagerTest, OptionsAreValidated) {

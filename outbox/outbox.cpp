@@ -194,7 +194,7 @@ void validate_lease_gate(const Outbox::Options& o, bool single_or_ordered) {
     throw std::invalid_argument("Outbox: lease.manager is required");
   }
   validate_lease_name(o.lease->name);
-  if (o.store->fence() == nullptr) {
+  if (o.store->fence() == nullptr || !o.store->fence()->is_for(*o.lease->manager, o.lease->name)) {
     throw std::invalid_argument(
         "Outbox: with a lease the store's status writes must be fenced on it "
         "(StoreOptions::fence = lease.manager->fence(lease.name))");

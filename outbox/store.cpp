@@ -115,10 +115,13 @@ std::string derived_name(std::string_view table, std::string_view suffix) {
     return std::string(table) + std::string(suffix);
   }
   // 64-bit FNV-1a, stable across builds and platforms (32 bits were brute-forced in seconds,
-  // and PostgreSQL index names are per schema: a collision left a table without indexes).
+  // and PostgreSQL index names are per schema: a collision left a table without indexes). Of the
+  // name in lower case: PostgreSQL and SQLite take `Orders_…` and `orders_…` for one table, which
+  // must get one lease table, not two.
   std::uint64_t hash = 14695981039346656037ULL;
   for (const char c : table) {
-    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+    const char folded = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    hash = (hash ^ static_cast<unsigned char>(folded)) * 1099511628211ULL;
   }
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(hash));

@@ -176,6 +176,7 @@ void validate_table_name(std::string_view name);
 
 /// The name of an index or constraint of `table`: table + suffix when it fits 63 characters
 /// (PostgreSQL cuts longer names, so two would collide; MariaDB refuses them), otherwise a
-/// prefix of the table, a hash of the whole name, and the suffix.
+/// prefix of the table, a hash of the whole name (case-insensitive, as PostgreSQL and SQLite
+/// compare unquoted names), and the suffix.
 std::string derived_name(std::string_view table, std::string_view suffix);
 }  // namespace outbox

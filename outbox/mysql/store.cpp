@@ -23,6 +23,11 @@ class MySqlDialect final : public sql::Dialect {
   }
   std::string server_now() const override { return "UTC_TIMESTAMP(6)"; }
   bool update_returning() const override { return false; }
+  std::string remember(const std::string& expr) const override {
+    return "(@outbox_remembered := " + expr + ")";
+  }
+  std::string remembered() const override { return "SELECT @outbox_remembered"; }
+  std::string share_lock() const override { return " LOCK IN SHARE MODE"; }
   std::string micros(const std::string& column) const override {
     return std::string("TIMESTAMPDIFF(MICROSECOND, ") + kEpoch + ", " + column + ")";
   }

@@ -24,6 +24,7 @@ class PostgresDialect final : public sql::Dialect {
   // Not now(): that is the transaction's start, so a row written late in a long transaction
   // would be due (and its claim would expire) early.
   std::string server_now() const override { return "statement_timestamp()"; }
+  std::string share_lock() const override { return " FOR SHARE"; }
   std::string micros(const std::string& column) const override {
     return "(EXTRACT(EPOCH FROM " + column + ") * 1000000)::bigint";
   }

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "outbox/lease.hpp"
 #include "outbox/relay/router.hpp"
 
 namespace outbox::relay {
@@ -266,6 +267,15 @@ RelayConfig read(const toml::table& root, const std::string& source) {
     relay.fail(*relay.get("mode"), "relay.mode must be \"active\" or \"standby\"");
   }
   c.relay.standby = mode == "standby";
+  if (c.relay.standby && !c.poller.owner.empty()) {
+    try {
+      validate_lease_name(c.poller.owner);
+    } catch (const std::invalid_argument&) {
+      poller.fail(*poller.get("owner"),
+                  "poller.owner must be printable ASCII without spaces in standby mode (it is the "
+                  "lease owner)");
+    }
+  }
   relay.duration("lease_ttl", c.relay.lease_ttl, seconds(1), hours(1));
   relay.duration("lease_renew", c.relay.lease_renew, milliseconds(100), minutes(20));
   relay.finish();

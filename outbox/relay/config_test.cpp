@@ -132,6 +132,8 @@ TEST(RelayConfig, ErrorsNameTheLine) {
   expect_error(
       head + route + "[relay]\nmode = \"standby\"\nlease_ttl = \"10s\"\nlease_renew = \"5s\"\n",
       "1:1:", "relay.lease_renew (5s) must be at most 0.4 × relay.lease_ttl (10s)");
+  expect_error(head + route + "[poller]\nowner = \"relay a\"\n[relay]\nmode = \"standby\"\n",
+               "8:", "poller.owner must be printable ASCII without spaces in standby mode");
   expect_error(head, "1:1:", "[[routes]]");
   expect_error("[publishers.p]\ntype = \"log\"\n" + route, "1:1:", "database.url is required");
   EXPECT_THROW(load_config("/nonexistent/relay.toml"), ConfigError);

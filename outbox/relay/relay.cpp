@@ -60,8 +60,14 @@ std::string default_owner() {
   gethostname(host, sizeof host - 1);
   // The random part keeps two containers apart that share a host name and both run as PID 1:
   // with equal owners each would renew and mark the other's claims.
-  return std::string(host[0] ? host : "relay").substr(0, 64) + "-" + std::to_string(getpid()) +
-         "-" + new_ulid().substr(16);
+  // Printable ASCII without spaces: the owner is also the lease owner in standby mode.
+  std::string name = std::string(host[0] ? host : "relay").substr(0, 64);
+  for (char& c : name) {
+    if (c < 0x21 || c > 0x7e) {
+      c = '_';
+    }
+  }
+  return name + "-" + std::to_string(getpid()) + "-" + new_ulid().substr(16);
 }
 
 // One publish result as the dispatcher's delivery result.

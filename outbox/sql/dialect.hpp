@@ -44,6 +44,15 @@ class Dialect {
   virtual std::string lease_now() const { return server_now(); }
   /// True when UPDATE … RETURNING returns the changed rows (PostgreSQL, SQLite ≥ 3.35).
   virtual bool update_returning() const { return true; }
+  /// Without RETURNING: `expr` as an UPDATE's SET value that also leaves the value in the
+  /// session, and the query that reads it back on the same connection (e.g. MariaDB's
+  /// `@var := expr` and `SELECT @var`). With RETURNING: `expr` and nothing.
+  virtual std::string remember(const std::string& expr) const { return expr; }
+  virtual std::string remembered() const { return {}; }
+  /// Appended to a sub-select to read its rows with a shared lock (" FOR SHARE"): a fenced write
+  /// then holds the lease row until it commits, so no takeover lands between its check and its
+  /// change. Empty where one writer at a time makes it moot (SQLite).
+  virtual std::string share_lock() const { return {}; }
   /// A timestamp column (or expression) read as BIGINT microseconds since the epoch.
   virtual std::string micros(const std::string& column) const { return column; }
   /// A JSON column read as text.

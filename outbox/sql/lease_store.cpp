@@ -48,8 +48,8 @@ std::optional<LeaseToken> SqlLeaseStore::acquire(Connection& conn, std::string_v
   const std::string now = dialect_.lease_now();
   Statement s(dialect_, true);
   s.sql("UPDATE " + lease_table_ + " SET owner = ").param(TextRef{owner_text});
-  s.sql(", epoch = epoch + 1, acquired_at = " + now + ", renewed_at = " + now +
-        ", expires_at = " + now + " + ");
+  s.sql(", epoch = " + dialect_.remember("epoch + 1") + ", acquired_at = " + now +
+        ", renewed_at = " + now + ", expires_at = " + now + " + ");
   s.micros(ttl_us).sql(" WHERE name = ").param(TextRef{name_text});
   s.sql(" AND (owner IS NULL OR expires_at IS NULL OR expires_at <= " + now + ")");
   if (dialect_.update_returning()) {
@@ -63,16 +63,10 @@ std::optional<LeaseToken> SqlLeaseStore::acquire(Connection& conn, std::string_v
   if (s.execute(conn) != 1) {
     return std::nullopt;
   }
-  // Owners are unique per process, so the row still names this owner unless the holding already
-  // ended (a ttl later): then there is nothing to report.
-  Statement epoch(dialect_, true);
-  epoch.sql("SELECT epoch FROM " + lease_table_ + " WHERE name = ").param(TextRef{name_text});
-  epoch.sql(" AND owner = ").param(TextRef{owner_text});
-  const auto rows = epoch.query(conn);
-  if (rows.empty()) {
-    return std::nullopt;
-  }
-  return LeaseToken{name_text, owner_text, rows[0].get_int(0)};
+  // The epoch this statement set, from the session: a second read of the row could see a later
+  // holding (the same owner string in another process, after this one lapsed).
+  const auto rows = conn.query(dialect_.remembered(), {});
+  return LeaseToken{name_text, owner_text, rows.at(0).get_int(0)};
 }
 
 bool SqlLeaseStore::renew(Connection& conn, const LeaseToken& token,
@@ -148,7 +142,7 @@ void append_fence(Statement& s, const Dialect& dialect, const std::string& lease
   s.sql(" AND EXISTS (SELECT 1 FROM " + lease_table + " WHERE name = ").param(token.name);
   s.sql(" AND owner = ").param(token.owner);
   s.sql(" AND epoch = ").param(token.epoch);
-  s.sql(" AND expires_at > " + dialect.lease_now() + ")");
+  s.sql(" AND expires_at > " + dialect.lease_now() + dialect.share_lock() + ")");
 }
 
 }  // namespace outbox::sql
