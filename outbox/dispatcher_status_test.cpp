@@ -225,4 +225,31 @@ TEST_F(DispatcherTest, AnOrderedDeferralStopsWhenTheProcessMayNoLongerDeliver) {
   EXPECT_EQ(status(e.event_id()), EventStatus::New);
 }
 
+// Without the lease (Options::active false) a worker leaves what it takes in the table: no
+// listener runs, no status is written, and the event is free for the poller of the holder.
+TEST_F(DispatcherTest, WhileNotActingTakenEventsStayInTheTable) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("E"), [&](const EventEnvelope&) { ++calls; });
+  auto o = options();
+  o.active = [] { return false; };
+  OutboxDispatcher dispatcher(o);
+  EXPECT_FALSE(dispatcher.acting());
+  dispatcher.start();
+  const auto e = committed("E", "idle-1");
+  ASSERT_TRUE(dispatcher.enqueue_cold(queued(e)));
+  ASSERT_TRUE(wait_until([&] { return dispatcher.inactive_dropped() == 1; }));
+  // Released from the ledger right after it was counted.
+  ASSERT_TRUE(wait_until([&] {
+    if (dispatcher.reserve(e.event_id())) {
+      dispatcher.release_reservation(e.event_id());
+      return true;
+    }
+    return false;
+  }));
+  dispatcher.close();
+  EXPECT_EQ(calls.load(), 0);
+  EXPECT_EQ(status(e.event_id()), EventStatus::New);
+  EXPECT_EQ(row(e.event_id())->attempts, 0);
+}
+
 }  // namespace outbox

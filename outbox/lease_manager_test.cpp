@@ -114,6 +114,13 @@ TEST_F(LeaseManagerTest, AcquireRenewReleaseAndListeners) {
   EXPECT_TRUE(a.renew("leader"));
   EXPECT_FALSE(b.renew("leader"));
   EXPECT_EQ(b.holder("leader")->owner, "node-a");
+  ASSERT_TRUE(b.try_acquire("part:1"));
+  const auto all = a.leases();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].name, "leader");
+  EXPECT_EQ(all[0].owner, "node-a");
+  EXPECT_EQ(all[1].name, "part:1");
+  EXPECT_EQ(all[1].owner, "node-b");
   a.release("leader");
   EXPECT_FALSE(a.token("leader"));
   const auto taken = b.try_acquire("leader");
@@ -122,7 +129,7 @@ TEST_F(LeaseManagerTest, AcquireRenewReleaseAndListeners) {
   EXPECT_EQ(changes->snapshot(),
             (std::vector<std::pair<LeaseToken, bool>>{{*token, true}, {*token, false}}));
   const auto m = metrics->snapshot();
-  EXPECT_EQ(m.lease_acquired, 2);
+  EXPECT_EQ(m.lease_acquired, 3);   // node-a, part:1, then node-b
   EXPECT_EQ(m.lease_takeovers, 0);  // released, not taken over
   EXPECT_EQ(m.lease_lost, 0);
 }
