@@ -167,6 +167,16 @@ EventEnvelope::Builder& EventEnvelope::Builder::headers(const Headers& headers) 
   }
   return *this;
 }
+EventEnvelope::Builder& EventEnvelope::Builder::tag(std::string name, std::string value) {
+  tags_.insert_or_assign(std::move(name), std::move(value));
+  return *this;
+}
+EventEnvelope::Builder& EventEnvelope::Builder::tags(const Tags& tags) {
+  for (const auto& [k, v] : tags) {
+    tag(k, v);
+  }
+  return *this;
+}
 EventEnvelope::Builder& EventEnvelope::Builder::payload_json(std::string json) {
   json_ = std::move(json);
   return *this;
@@ -238,6 +248,16 @@ EventEnvelope EventEnvelope::Builder::build() {
       check_text("header name", key, 0);
       check_text(("header " + key.substr(0, 64)).c_str(), value, 0);
     }
+    if (tags_.size() > kMaxTags) {
+      throw std::invalid_argument("EventEnvelope: more than " + std::to_string(kMaxTags) + " tags");
+    }
+    for (const auto& [name, value] : tags_) {
+      if (name.empty()) {
+        throw std::invalid_argument("EventEnvelope: tag names must not be empty");
+      }
+      check_text("tag name", name, kMaxTagNameChars);
+      check_text(("tag " + name.substr(0, 64)).c_str(), value, kMaxTagValueChars);
+    }
   }
   if (event_id_ && event_id_->empty()) {
     throw std::invalid_argument("EventEnvelope: event id must not be empty");
@@ -288,6 +308,7 @@ EventEnvelope EventEnvelope::Builder::build() {
   data->aggregate_id = std::move(aggregate_id_);
   data->tenant_id = std::move(tenant_id_);
   data->headers = std::make_shared<const Headers>(std::move(headers_));
+  data->tags = std::make_shared<const Tags>(std::move(tags_));
   data->payload_is_json = json_.has_value();
   data->payload =
       std::make_shared<const std::string>(json_ ? std::move(*json_) : std::move(*bytes_));

@@ -33,6 +33,10 @@ class EventEnvelope {
   static constexpr std::size_t kMaxAggregateIdChars = 128;
   /// Longest aggregate type, in characters.
   static constexpr std::size_t kMaxAggregateTypeChars = 64;
+  /// Longest tag name and tag value, in characters; at most kMaxTags tags.
+  static constexpr std::size_t kMaxTagNameChars = 64;
+  static constexpr std::size_t kMaxTagValueChars = 256;
+  static constexpr std::size_t kMaxTags = 32;
 
   /// Starts a builder for `type`.
   static Builder builder(EventType type);
@@ -47,6 +51,9 @@ class EventEnvelope {
   const std::optional<std::string>& aggregate_id() const noexcept { return data_->aggregate_id; }
   const std::optional<std::string>& tenant_id() const noexcept { return data_->tenant_id; }
   const Headers& headers() const noexcept { return *data_->headers; }
+  /// Names and values a subscription's filter selects on (e.g. "wallet_id" → "w-7"); not sent to
+  /// brokers as headers.
+  const Tags& tags() const noexcept { return *data_->tags; }
   /// When the event may first be delivered; nullopt means at once.
   const std::optional<Timestamp>& available_at() const noexcept { return data_->available_at; }
   /// True for a JSON payload, false for a bytes payload.
@@ -69,6 +76,7 @@ class EventEnvelope {
     std::optional<std::string> aggregate_id;
     std::optional<std::string> tenant_id;
     std::shared_ptr<const Headers> headers;
+    std::shared_ptr<const Tags> tags;
     std::shared_ptr<const std::string> payload;
     bool payload_is_json = true;
     std::optional<Timestamp> available_at;
@@ -91,6 +99,11 @@ class EventEnvelope::Builder {
   Builder& header(std::string key, std::string value);
   /// Adds every header of `headers`. Throws std::invalid_argument on an empty key.
   Builder& headers(const Headers& headers);
+  /// Adds one tag (replacing one of the same name). At build: the name must be 1 to
+  /// kMaxTagNameChars characters, the value at most kMaxTagValueChars, both UTF-8 without NUL.
+  Builder& tag(std::string name, std::string value);
+  /// Adds every tag of `tags`.
+  Builder& tags(const Tags& tags);
   /// Sets a JSON payload (must be valid UTF-8; its text is not otherwise parsed).
   Builder& payload_json(std::string json);
   /// Sets a binary payload.
@@ -117,6 +130,7 @@ class EventEnvelope::Builder {
   std::optional<std::string> aggregate_id_;
   std::optional<std::string> tenant_id_;
   Headers headers_;
+  Tags tags_;
   std::optional<std::string> json_;
   std::optional<std::string> bytes_;
   std::optional<Timestamp> available_at_;

@@ -123,10 +123,62 @@ class Parser {
     return result;
   }
 
+  // An object whose values are arrays of strings (or null, or absent keys: empty lists).
+  StringLists parse_lists() {
+    StringLists result;
+    skip_ws();
+    expect_char('{', "expected a JSON object");
+    skip_ws();
+    for (bool first = true; peek() != '}'; first = false) {
+      if (!first) {
+        expect(',');
+        skip_ws();
+      }
+      if (peek() != '"') {
+        fail("expected a string key");
+      }
+      auto& list = result[parse_string()];
+      skip_ws();
+      expect(':');
+      skip_ws();
+      if (text_.substr(pos_, 4) == "null") {
+        pos_ += 4;
+      } else {
+        expect_char('[', "values must be arrays of strings");
+        skip_ws();
+        for (bool first_item = true; peek() != ']'; first_item = false) {
+          if (!first_item) {
+            expect_char(',', "expected ',' or ']'");
+            skip_ws();
+          }
+          if (peek() != '"') {
+            fail("array items must be strings");
+          }
+          list.push_back(parse_string());
+          skip_ws();
+        }
+        ++pos_;
+      }
+      skip_ws();
+    }
+    ++pos_;
+    skip_ws();
+    if (pos_ != text_.size()) {
+      fail("unexpected text after the object");
+    }
+    return result;
+  }
+
  private:
+  void expect_char(char c, const char* what) {
+    if (peek() != c) {
+      fail(what);
+    }
+    ++pos_;
+  }
   [[noreturn]] void fail(const char* what) const {
-    throw std::invalid_argument(std::string("invalid headers JSON at offset ") +
-                                std::to_string(pos_) + ": " + what);
+    throw std::invalid_argument(std::string("invalid JSON at offset ") + std::to_string(pos_) +
+                                ": " + what);
   }
   char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
   bool only_ws_after(std::size_t p) const {
@@ -268,6 +320,30 @@ class DefaultJsonCodec final : public JsonCodec {
 };
 
 }  // namespace
+
+StringLists parse_string_lists(std::string_view json) {
+  return Parser(json).parse_lists();
+}
+
+std::string to_json(const StringLists& lists) {
+  std::string out = "{";
+  for (const auto& [key, items] : lists) {
+    if (out.size() > 1) {
+      out.push_back(',');
+    }
+    append_json_string(out, key);
+    out += ":[";
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (i > 0) {
+        out.push_back(',');
+      }
+      append_json_string(out, items[i]);
+    }
+    out.push_back(']');
+  }
+  out.push_back('}');
+  return out;
+}
 
 const JsonCodec& JsonCodec::default_codec() {
   static const DefaultJsonCodec instance;

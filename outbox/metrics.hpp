@@ -30,6 +30,9 @@ class MetricsExporter {
   /// A holding ended without a release: its renewal was refused or late, or a fenced write found
   /// it gone.
   virtual void increment_lease_lost(std::string_view /*name*/) {}
+  /// Events a subscription handed to its publisher, and its failed batches.
+  virtual void increment_subscription_delivered(std::string_view /*name*/, std::int64_t /*n*/) {}
+  virtual void increment_subscription_failure(std::string_view /*name*/) {}
 
   /// A shared exporter that does nothing.
   static std::shared_ptr<MetricsExporter> noop();

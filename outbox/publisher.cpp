@@ -198,6 +198,10 @@ std::string to_json_object(const EventEnvelope& event) {
   out += format_rfc3339(event.occurred_at());
   out += "\",\"headers\":";
   out += JsonCodec::default_codec().to_json(event.headers()).value_or("{}");
+  if (!event.tags().empty()) {
+    out += ",\"tags\":";
+    out += JsonCodec::default_codec().to_json(event.tags()).value_or("{}");
+  }
   out += ",";
   if (event.has_json_payload()) {
     if (!is_valid_json(event.payload_json())) {

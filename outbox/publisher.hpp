@@ -45,6 +45,9 @@ class Publisher {
   virtual ~Publisher() = default;
   /// Publishes every request and waits for the outcome; one result per request, same order.
   virtual std::vector<PublishResult> publish(std::span<const PublishRequest> batch) = 0;
+  /// False while the publisher knows its calls would fail (e.g. no broker reachable): callers
+  /// that can wait (subscriptions) do not call it and report why. Thread-safe; default true.
+  virtual bool is_healthy() noexcept { return true; }
   /// Irreversibly makes publish calls in progress end promptly, and later ones return at once,
   /// with cancelled() results: bounds a shutdown. Thread-safe. The default does nothing.
   virtual void cancel() noexcept {}
@@ -56,7 +59,8 @@ class Publisher {
 };
 
 /// The event as one JSON object: {"event_id", "event_type", "aggregate_type", "aggregate_id",
-/// "tenant_id", "occurred_at" (RFC 3339), "headers", and "payload" (JSON payloads, embedded) or
+/// "tenant_id", "occurred_at" (RFC 3339), "headers", "tags" (only when the event has tags), and
+/// "payload" (JSON payloads, embedded) or
 /// "payload_base64" (binary payloads)}. The format of HTTP batches and of the log publisher.
 /// Throws std::invalid_argument when a JSON payload is not valid JSON (the envelope checks UTF-8
 /// only), so a bad row never corrupts a batch.

@@ -101,6 +101,9 @@ EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec) {
   if (row.headers_json) {
     builder.headers(codec.parse_object(*row.headers_json));
   }
+  if (row.tags_json) {
+    builder.tags(codec.parse_object(*row.tags_json));
+  }
   if (row.payload_is_json) {
     builder.payload_json(row.payload);
   } else {

@@ -33,6 +33,7 @@ struct OutboxEvent {
   std::string payload;  ///< JSON text, or raw bytes when payload_is_json is false
   bool payload_is_json = true;
   std::optional<std::string> headers_json;
+  std::optional<std::string> tags_json;  ///< JSON object of the event's tags
   EventStatus status = EventStatus::New;
   int attempts = 0;
   Timestamp available_at;

@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "outbox/errors.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/lease_store.hpp"
 
@@ -28,6 +29,21 @@ std::shared_ptr<EventPurger> detect_purger(sql::Connection& conn, const std::str
 
 std::shared_ptr<LeaseStore> detect_lease_store(sql::Connection& conn, const std::string& table) {
   return std::make_shared<sql::SqlLeaseStore>(engine_for(conn.dialect()).dialect(), table);
+}
+
+std::shared_ptr<StreamStore> detect_stream_store(sql::Connection& conn, const std::string& table) {
+  return engine_for(conn.dialect()).make_stream_store(table);
+}
+
+int schema_version(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  try {
+    const auto rows =
+        conn.query("SELECT version FROM outbox_schema_version WHERE table_name = '" + table + "'");
+    return rows.empty() ? 0 : static_cast<int>(rows[0].get_int(0));
+  } catch (const StoreError&) {
+    return 0;  // no version table: never migrated (made by create_schema, or not at all)
+  }
 }
 
 void create_schema_for(sql::Connection& conn, const std::string& table) {

@@ -37,6 +37,14 @@ std::shared_ptr<EventPurger> detect_purger(sql::Connection& conn,
 std::shared_ptr<LeaseStore> detect_lease_store(sql::Connection& conn,
                                                const std::string& table = "outbox_event");
 
+/// The stream and subscriptions (stream mode) of `table` for `conn`'s dialect. Throws like
+/// detect_store.
+std::shared_ptr<StreamStore> detect_stream_store(sql::Connection& conn,
+                                                 const std::string& table = "outbox_event");
+
+/// The schema version `outbox migrate` recorded for `table`; 0 when none was. Throws StoreError.
+int schema_version(sql::Connection& conn, const std::string& table = "outbox_event");
+
 /// Creates the outbox table and indexes for `conn`'s dialect (idempotent). Throws like
 /// detect_store, and outbox::StoreError.
 void create_schema_for(sql::Connection& conn, const std::string& table = "outbox_event");
@@ -53,7 +61,7 @@ std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size
                                                const sql::NetworkTimeouts& timeouts = {});
 
 /// The schema version this build creates.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 /// Versions before and after a migrate() call.
 struct MigrationResult {

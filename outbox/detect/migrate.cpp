@@ -77,6 +77,10 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
   if (result.from < 3) {
     engine.create_lease_schema(conn, table);
   }
+  // Version 4: stream positions, tags and the subscription table (stream mode).
+  if (result.from < 4) {
+    engine.create_stream_schema(conn, table);
+  }
   if (result.from == 0) {
     // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)
     // still cannot fail on the key.

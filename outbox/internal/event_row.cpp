@@ -1,6 +1,23 @@
 #include "outbox/internal/event_row.hpp"
 
+#include "outbox/sql/dialect.hpp"
+
 namespace outbox::internal {
+
+std::string event_columns(const sql::Dialect& d, bool with_payloads) {
+  const std::string payload = with_payloads ? d.json_text("payload") : d.typed("''", "text");
+  std::string out = "event_id, event_type, aggregate_type, aggregate_id, tenant_id, " + payload +
+                    ", " + d.json_text("headers") + ", status, attempts, " +
+                    d.micros("available_at") + ", " + d.micros("created_at") + ", " +
+                    d.micros("done_at") + ", last_error, locked_by, " + d.micros("locked_at") +
+                    ", " + d.json_text("tags");
+  if (d.has_bytes_column()) {
+    out += with_payloads ? ", payload_bytes" : ", " + d.typed("NULL", "bytea");
+  } else {
+    out += ", NULL";  // the same layout on every engine: more columns may follow
+  }
+  return out;
+}
 
 OutboxEvent event_from_row(const sql::Row& r) {
   OutboxEvent e;
@@ -9,9 +26,9 @@ OutboxEvent event_from_row(const sql::Row& r) {
   e.aggregate_type = r.get_optional_text(2).value_or(std::string(AggregateType::kGlobalName));
   e.aggregate_id = r.get_optional_text(3);
   e.tenant_id = r.get_optional_text(4);
-  if (r.is_null(5) && r.size() > 15) {
+  if (r.is_null(5) && !r.is_null(16)) {
     e.payload_is_json = false;
-    e.payload = r.get_text(15);
+    e.payload = r.get_text(16);
   } else {
     e.payload_is_json = !r.is_blob(5);
     e.payload = r.get_text(5);
@@ -29,6 +46,7 @@ OutboxEvent event_from_row(const sql::Row& r) {
   if (auto v = r.get_optional_int(14)) {
     e.locked_at = from_micros(*v);
   }
+  e.tags_json = r.get_optional_text(15);
   return e;
 }
 

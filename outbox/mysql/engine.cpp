@@ -3,6 +3,7 @@
 #include "outbox/errors.hpp"
 #include "outbox/mysql/driver.hpp"
 #include "outbox/mysql/store.hpp"
+#include "outbox/mysql/stream.hpp"
 
 namespace outbox::mysql {
 
@@ -28,6 +29,11 @@ const sql::Engine& engine() {
                           const std::string& table) { create_schema(conn, table); },
       .create_lease_schema = [](sql::Connection& conn,
                                 const std::string& table) { create_lease_schema(conn, table); },
+      .create_stream_schema = [](sql::Connection& conn,
+                                 const std::string& table) { create_stream_schema(conn, table); },
+      .make_stream_store = [](const std::string& table) -> std::shared_ptr<StreamStore> {
+        return std::make_shared<MySqlStreamStore>(table);
+      },
       // DDL commits implicitly in MariaDB, so a transaction cannot hold the lock: a named lock can.
       .lock_migrations =
           [](sql::Connection& conn) {

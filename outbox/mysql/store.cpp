@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "outbox/internal/event_row.hpp"
+#include "outbox/mysql/stream.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/lease_store.hpp"
 
@@ -103,6 +104,8 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                "last_error TEXT NULL, "
                "locked_by VARCHAR(128) NULL, "
                "locked_at DATETIME(6) NULL, "
+               "tags JSON NULL, "
+               "stream_seq BIGINT NULL, "  // schema version 4: see mysql/stream.hpp
                "pending_at DATETIME(6) AS (IF(" +
                sql::pending_statuses() +
                ", created_at, NULL)) STORED, "
@@ -112,11 +115,13 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                "INDEX " +
                derived_name(table, "_pending") + " (pending_at, event_id), INDEX " +
                derived_name(table, "_terminal") + " (terminal_at), INDEX " +
-               derived_name(table, "_created") + " (created_at), CONSTRAINT " +
+               derived_name(table, "_created") + " (created_at), INDEX " +
+               derived_name(table, "_stream") + " (stream_seq, created_at, event_id), CONSTRAINT " +
                derived_name(table, "_one_payload") +
                " CHECK ((payload IS NULL) <> (payload_bytes IS NULL))"
                ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin");
   create_lease_schema(conn, table);
+  create_stream_schema(conn, table);
 }
 
 void create_lease_schema(sql::Connection& conn, const std::string& table) {

@@ -2,6 +2,7 @@
 
 #include "outbox/postgres/driver.hpp"
 #include "outbox/postgres/store.hpp"
+#include "outbox/postgres/stream.hpp"
 
 namespace outbox::postgres {
 
@@ -34,6 +35,11 @@ const sql::Engine& engine() {
                           const std::string& table) { create_schema(conn, table); },
       .create_lease_schema = [](sql::Connection& conn,
                                 const std::string& table) { create_lease_schema(conn, table); },
+      .create_stream_schema = [](sql::Connection& conn,
+                                 const std::string& table) { create_stream_schema(conn, table); },
+      .make_stream_store = [](const std::string& table) -> std::shared_ptr<StreamStore> {
+        return std::make_shared<PostgresStreamStore>(table);
+      },
       // DDL is transactional: the whole migration is one transaction under an advisory lock.
       .lock_migrations =
           [](sql::Connection& conn) {

@@ -2,6 +2,7 @@
 
 #include "outbox/errors.hpp"
 #include "outbox/internal/event_row.hpp"
+#include "outbox/postgres/stream.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/lease_store.hpp"
 
@@ -62,6 +63,10 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                "last_error TEXT, "
                "locked_by TEXT, "
                "locked_at TIMESTAMPTZ, "
+               "tags JSONB, "
+               // Stream positions (schema version 4): see postgres/stream.hpp.
+               "stream_xid xid8 NOT NULL DEFAULT pg_current_xact_id(), "
+               "stream_seq BIGINT GENERATED ALWAYS AS IDENTITY, "
                "CONSTRAINT " +
                derived_name(table, "_one_payload") +
                " CHECK ((payload IS NULL) <> (payload_bytes IS NULL)));" +
@@ -86,6 +91,7 @@ void create_schema(sql::Connection& conn, const std::string& table) {
     }
   }
   create_lease_schema(conn, table);
+  create_stream_schema(conn, table);
 }
 
 void create_lease_schema(sql::Connection& conn, const std::string& table) {

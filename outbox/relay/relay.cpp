@@ -276,6 +276,8 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
     impl_->store = engine_for(conn->dialect()).make_store(store_options);
     try {
       impl_->store->oldest_pending(*conn);  // cheap (indexed) proof that the table is there
+      // and that it has the columns of schema version 4 (every read selects tags).
+      conn->query("SELECT tags, stream_seq FROM " + c.database.table + " WHERE 1 = 0");
       if (impl_->leases) {
         impl_->lease_store->find(*conn, "leader");  // and its lease table (schema version 3)
       }

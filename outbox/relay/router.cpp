@@ -12,29 +12,6 @@ constexpr std::array<std::string_view, 4> kPlaceholders = {"event_type", "aggreg
 
 }  // namespace
 
-bool glob_match(std::string_view pattern, std::string_view text) noexcept {
-  // Iterative matcher with one backtrack point for the last '*': linear in practice.
-  std::size_t p = 0, t = 0, star = std::string_view::npos, mark = 0;
-  while (t < text.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
-      ++p;
-      ++t;
-    } else if (p < pattern.size() && pattern[p] == '*') {
-      star = p++;
-      mark = t;
-    } else if (star != std::string_view::npos) {
-      p = star + 1;
-      t = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pattern.size() && pattern[p] == '*') {
-    ++p;
-  }
-  return p == pattern.size();
-}
-
 std::optional<std::string> template_problem(std::string_view target) {
   for (std::size_t pos = target.find('{'); pos != std::string_view::npos;
        pos = target.find('{', pos + 1)) {

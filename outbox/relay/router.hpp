@@ -7,12 +7,10 @@
 #include <vector>
 
 #include "outbox/envelope.hpp"
+#include "outbox/glob.hpp"
 #include "outbox/relay/config.hpp"
 
 namespace outbox::relay {
-
-/// True when `text` matches `pattern`, where * matches any run of characters and ? any one.
-bool glob_match(std::string_view pattern, std::string_view text) noexcept;
 
 /// Why `target` is not a valid template (an unknown or unterminated {placeholder}), or nullopt.
 /// Placeholders: {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}.

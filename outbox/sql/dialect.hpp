@@ -120,6 +120,9 @@ class Statement {
   Statement& owned_by(std::string_view owner);
 
   const std::string& text() const { return sql_; }
+  /// Replaces the text, keeping the parameters: for wrapping what was built (e.g. into
+  /// Dialect::insert_ignore). The new text must hold the same markers in the same order.
+  void set_text(std::string text) { sql_ = std::move(text); }
   std::int64_t execute(Connection& conn) const;
   std::vector<Row> query(Connection& conn) const;
 

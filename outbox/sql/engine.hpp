@@ -9,6 +9,7 @@
 
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/sql_store.hpp"
+#include "outbox/stream.hpp"
 
 namespace outbox::sql {
 
@@ -35,6 +36,9 @@ struct Engine {
   void (*create_schema)(Connection& conn, const std::string& table);
   /// Creates the lease table of `table` if missing (schema version 3).
   void (*create_lease_schema)(Connection& conn, const std::string& table);
+  /// Adds stream positions, tags and the subscription table if missing (schema version 4).
+  void (*create_stream_schema)(Connection& conn, const std::string& table);
+  std::shared_ptr<StreamStore> (*make_stream_store)(const std::string& table);
   /// Serializes migrations of one database: takes a lock (and begins the migration's transaction
   /// where DDL is transactional); unlock_migrations ends both, committing or not.
   void (*lock_migrations)(Connection& conn);

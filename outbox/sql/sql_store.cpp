@@ -18,18 +18,6 @@ int to_int(std::int64_t n) {
   return static_cast<int>(n);
 }
 
-std::string column_list(const Dialect& d, bool with_payloads) {
-  const std::string payload = with_payloads ? d.json_text("payload") : d.typed("''", "text");
-  std::string out = "event_id, event_type, aggregate_type, aggregate_id, tenant_id, " + payload +
-                    ", " + d.json_text("headers") + ", status, attempts, " +
-                    d.micros("available_at") + ", " + d.micros("created_at") + ", " +
-                    d.micros("done_at") + ", last_error, locked_by, " + d.micros("locked_at");
-  if (d.has_bytes_column()) {
-    out += with_payloads ? ", payload_bytes" : ", " + d.typed("NULL", "bytea");
-  }
-  return out;
-}
-
 // The same DELETE on every engine: through a sub-select of the table, or with ORDER BY … LIMIT
 // where the engine cannot select from the table it deletes from. `condition` appends the rows'
 // condition (its parameters too) and is called again for the outer DELETE: a row changed while
@@ -57,8 +45,8 @@ SqlOutboxStore::SqlOutboxStore(const Dialect& dialect, Options options)
     : dialect_(dialect),
       options_(std::move(options)),
       database_clock_(options_.use_database_clock && !dialect.server_now().empty()),
-      columns_(column_list(dialect, true)),
-      columns_without_payload_(column_list(dialect, false)) {
+      columns_(internal::event_columns(dialect, true)),
+      columns_without_payload_(internal::event_columns(dialect, false)) {
   validate_table_name(options_.table);
   lease_table_ = lease_table_name(options_.table);
   if (options_.codec == nullptr) {
@@ -118,10 +106,13 @@ void SqlOutboxStore::insert_batch(Connection& conn, const std::vector<EventEnvel
     std::size_t n = 0, bytes = 0;
     while (start + n < events.size() && n < kInsertChunk) {
       const EventEnvelope& e = events[start + n];
-      const std::size_t size =
-          e.payload_bytes().size() + e.event_id().size() + e.event_type().size() +
-          e.aggregate_type().size() + e.aggregate_id().value_or("").size() +
-          e.tenant_id().value_or("").size() + headers[start + n].value_or("").size() + 256;
+      std::size_t size = e.payload_bytes().size() + e.event_id().size() + e.event_type().size() +
+                         e.aggregate_type().size() + e.aggregate_id().value_or("").size() +
+                         e.tenant_id().value_or("").size() +
+                         headers[start + n].value_or("").size() + 256;
+      for (const auto& [name, value] : e.tags()) {
+        size += 6 * (name.size() + value.size()) + 8;  // as JSON, escapes at their widest
+      }
       if (n > 0 && bytes + size > budget) {
         break;
       }
@@ -137,10 +128,22 @@ void SqlOutboxStore::insert_chunk(Connection& conn, const EventEnvelope* events,
                                   const std::optional<std::string>* headers, std::size_t count,
                                   std::string_view lock_owner, Timestamp claimed_at) {
   const bool bytes_column = dialect_.has_bytes_column();
+  // Only a chunk that has tags names their column: writers that use none keep working on a table
+  // not yet migrated to schema version 4.
+  std::vector<std::optional<std::string>> tags;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!events[i].tags().empty()) {
+      tags.resize(count);
+      for (std::size_t j = 0; j < count; ++j) {
+        tags[j] = options_.codec->to_json(events[j].tags());
+      }
+      break;
+    }
+  }
   Statement s = statement();
   s.sql("INSERT INTO " + options_.table +
         " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, " +
-        (bytes_column ? "payload_bytes, " : "") +
+        (bytes_column ? "payload_bytes, " : "") + (tags.empty() ? "" : "tags, ") +
         "headers, status, attempts, available_at, created_at, locked_by, locked_at) VALUES ");
   const std::string fresh = "," + status_sql(EventStatus::New) + ",0,";
   for (std::size_t i = 0; i < count; ++i) {
@@ -156,6 +159,9 @@ void SqlOutboxStore::insert_chunk(Connection& conn, const EventEnvelope* events,
       s.param(TextRef{e.payload_json()}, "jsonb").sql(",NULL");
     } else {
       s.sql("NULL,").param(BlobRef{e.payload_bytes()}, "bytea");
+    }
+    if (!tags.empty()) {
+      s.sql(",").param(text_or_null(tags[i]), "jsonb");
     }
     s.sql(",").param(text_or_null(headers[i]), "jsonb").sql(fresh);
     const auto created = to_micros(e.occurred_at());

@@ -4,6 +4,7 @@
 
 #include "outbox/sqlite/driver.hpp"
 #include "outbox/sqlite/store.hpp"
+#include "outbox/sqlite/stream.hpp"
 
 namespace outbox::sqlite {
 
@@ -31,6 +32,11 @@ const sql::Engine& engine() {
                           const std::string& table) { create_schema(conn, table); },
       .create_lease_schema = [](sql::Connection& conn,
                                 const std::string& table) { create_lease_schema(conn, table); },
+      .create_stream_schema = [](sql::Connection& conn,
+                                 const std::string& table) { create_stream_schema(conn, table); },
+      .make_stream_store = [](const std::string& table) -> std::shared_ptr<StreamStore> {
+        return std::make_shared<SqliteStreamStore>(table);
+      },
       // DDL is transactional: the whole migration is one transaction, begun under the write lock
       // (BEGIN IMMEDIATE).
       .lock_migrations = [](sql::Connection& conn) { conn.begin(); },

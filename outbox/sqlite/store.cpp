@@ -5,6 +5,7 @@
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/lease_store.hpp"
+#include "outbox/sql/stream_store.hpp"
 
 namespace outbox::sqlite {
 namespace {
@@ -32,25 +33,36 @@ const sql::Dialect& dialect() {
   return instance;
 }
 
-void create_schema(sql::Connection& conn, const std::string& table) {
-  validate_table_name(table);
-  conn.execute("CREATE TABLE IF NOT EXISTS " + table +
-               " ("
-               "event_id TEXT PRIMARY KEY NOT NULL, "
-               "event_type TEXT NOT NULL, "
-               "aggregate_type TEXT, "
-               "aggregate_id TEXT, "
-               "tenant_id TEXT, "
-               "payload BLOB NOT NULL, "
-               "headers TEXT, "
-               "status INTEGER NOT NULL, "
-               "attempts INTEGER NOT NULL DEFAULT 0, "
-               "available_at INTEGER NOT NULL, "
-               "created_at INTEGER NOT NULL, "
-               "done_at INTEGER, "
-               "last_error TEXT, "
-               "locked_by TEXT, "
-               "locked_at INTEGER)");
+namespace {
+
+// The columns in the order of schema version 4. stream_seq is the rowid, with AUTOINCREMENT: a
+// plain rowid is reused once the newest row is purged, and VACUUM may renumber an implicit one,
+// either of which would move events behind a subscription's cursor.
+constexpr const char* kColumns =
+    "stream_seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+    "event_id TEXT NOT NULL UNIQUE, "
+    "event_type TEXT NOT NULL, "
+    "aggregate_type TEXT, "
+    "aggregate_id TEXT, "
+    "tenant_id TEXT, "
+    "payload BLOB NOT NULL, "
+    "headers TEXT, "
+    "status INTEGER NOT NULL, "
+    "attempts INTEGER NOT NULL DEFAULT 0, "
+    "available_at INTEGER NOT NULL, "
+    "created_at INTEGER NOT NULL, "
+    "done_at INTEGER, "
+    "last_error TEXT, "
+    "locked_by TEXT, "
+    "locked_at INTEGER, "
+    "tags TEXT";
+
+// The columns every version had, in the order of kColumns.
+constexpr const char* kVersion1Columns =
+    "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, "
+    "attempts, available_at, created_at, done_at, last_error, locked_by, locked_at";
+
+void create_indexes(sql::Connection& conn, const std::string& table) {
   // Pending rows only, in poll order: poll and claim walk this small index instead of the whole
   // table, however many DONE rows wait for purge.
   conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_pending ON " + table +
@@ -59,7 +71,64 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_terminal ON " + table +
                " (created_at) WHERE " + sql::terminal_statuses());
   conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_created ON " + table + " (created_at)");
+}
+
+bool has_column(sql::Connection& conn, const std::string& table, const std::string& column) {
+  return !conn.query("SELECT 1 FROM pragma_table_info('" + table + "') WHERE name = '" + column +
+                     "'")
+              .empty();
+}
+
+}  // namespace
+
+void create_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  conn.execute("CREATE TABLE IF NOT EXISTS " + table + " (" + kColumns + ")");
+  create_indexes(conn, table);
   create_lease_schema(conn, table);
+  create_stream_schema(conn, table);
+}
+
+void create_stream_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  if (!has_column(conn, table, "stream_seq")) {
+    // The rowid cannot become AUTOINCREMENT in place: the table is copied, oldest row first, in
+    // one savepoint (inside the migration's transaction, or alone).
+    const std::string copy = table + "__v4";
+    conn.execute("SAVEPOINT outbox_stream_schema");
+    try {
+      conn.execute("DROP TABLE IF EXISTS " + copy);
+      conn.execute("CREATE TABLE " + copy + " (" + kColumns + ")");
+      const bool tags = has_column(conn, table, "tags");
+      conn.execute("INSERT INTO " + copy + " (" + kVersion1Columns + (tags ? ", tags" : "") +
+                   ") SELECT " + kVersion1Columns + (tags ? ", tags" : "") + " FROM " + table +
+                   " ORDER BY created_at, event_id");
+      conn.execute("DROP TABLE " + table);
+      conn.execute("ALTER TABLE " + copy + " RENAME TO " + table);
+      create_indexes(conn, table);
+      conn.execute("RELEASE outbox_stream_schema");
+    } catch (...) {
+      try {
+        conn.execute("ROLLBACK TO outbox_stream_schema");
+        conn.execute("RELEASE outbox_stream_schema");
+      } catch (const std::exception&) {
+        // The original error is the one worth reporting.
+      }
+      throw;
+    }
+  }
+  // Instants in microseconds since the epoch, on the host's clock.
+  conn.execute("CREATE TABLE IF NOT EXISTS " + sql::subscription_table_name(table) +
+               " (name TEXT PRIMARY KEY NOT NULL, filter TEXT NOT NULL DEFAULT '{}', "
+               "publisher TEXT NOT NULL DEFAULT '', target TEXT NOT NULL DEFAULT '', "
+               "status TEXT NOT NULL DEFAULT 'ACTIVE' "
+               "CHECK (status IN ('ACTIVE', 'PAUSED', 'FAILED')), "
+               "cursor_xid INTEGER NOT NULL DEFAULT 0, cursor_seq INTEGER NOT NULL DEFAULT 0, "
+               "error_count INTEGER NOT NULL DEFAULT 0, last_error TEXT, "
+               "delivered INTEGER NOT NULL DEFAULT 0, "
+               "created_at INTEGER NOT NULL DEFAULT (" +
+               dialect().lease_now() + "), updated_at INTEGER NOT NULL DEFAULT (" +
+               dialect().lease_now() + "), last_delivered_at INTEGER)");
 }
 
 void create_lease_schema(sql::Connection& conn, const std::string& table) {

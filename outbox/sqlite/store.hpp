@@ -14,6 +14,11 @@ void create_schema(sql::Connection& conn, const std::string& table = "outbox_eve
 /// made by create_schema. Throws outbox::StoreError, std::invalid_argument on a bad table name.
 void create_lease_schema(sql::Connection& conn, const std::string& table = "outbox_event");
 
+/// Gives `table` its stream column (stream_seq, the AUTOINCREMENT rowid: the table is copied once
+/// when it had none), the tags column and the subscription table: schema version 4, also made by
+/// create_schema. Throws outbox::StoreError, std::invalid_argument on a bad table name.
+void create_stream_schema(sql::Connection& conn, const std::string& table = "outbox_event");
+
 /// The SQLite dialect: INTEGER microseconds, one payload column (text or blob), `?` parameters,
 /// no server clock.
 const sql::Dialect& dialect();

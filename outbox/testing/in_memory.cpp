@@ -113,6 +113,7 @@ void InMemoryOutboxStore::insert_batch(sql::Connection& conn,
                       ? e.payload_json()
                       : std::string(e.payload_bytes().begin(), e.payload_bytes().end());
     row.headers_json = codec_.to_json(e.headers());
+    row.tags_json = codec_.to_json(e.tags());
     row.created_at = e.occurred_at();
     row.available_at = e.available_at().value_or(e.occurred_at());
     if (!lock_owner.empty()) {

@@ -1,0 +1,329 @@
+// Subscriptions running on every engine: fan-out by tags over concurrent writers checked against
+// a ledger of the table, a failing publisher that keeps the cursor and ends FAILED, pause by plain
+// SQL, rewind, an unhealthy publisher, a row that cannot be decoded, and two processes sharing the
+// subscriptions through their leases.
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <mutex>
+
+#include "outbox/lease_manager.hpp"
+#include "outbox/sql/connection.hpp"
+#include "outbox/subscription.hpp"
+#include "tests/support/stream_fixture.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::StreamFixture;
+using testing::wait_until;
+
+// Records what it is given, in order; fails or reports unhealthy on demand.
+class Recorder final : public Publisher {
+ public:
+  std::vector<PublishResult> publish(std::span<const PublishRequest> batch) override {
+    std::lock_guard lock(mutex_);
+    ++calls_;
+    std::vector<PublishResult> out;
+    for (const auto& r : batch) {
+      if (failing) {
+        out.push_back(PublishResult::retriable("endpoint down"));
+        continue;
+      }
+      ids_.push_back(r.event->event_id());
+      targets_.push_back(r.target);
+      out.push_back(PublishResult::ok());
+    }
+    return out;
+  }
+  bool is_healthy() noexcept override { return healthy; }
+  std::vector<std::string> ids() const {
+    std::lock_guard lock(mutex_);
+    return ids_;
+  }
+  std::string target(std::size_t i) const {
+    std::lock_guard lock(mutex_);
+    return targets_.at(i);
+  }
+  int calls() const {
+    std::lock_guard lock(mutex_);
+    return calls_;
+  }
+  std::atomic<bool> failing{false};
+  std::atomic<bool> healthy{true};
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> ids_;
+  std::vector<std::string> targets_;
+  int calls_ = 0;
+};
+
+SubscriptionRunner::Schedule fast() {
+  return {.poll_interval = 5ms,
+          .batch_size = 500,
+          .backoff_max = 20ms,
+          .max_errors = 3,
+          .retry_base = 1ms,
+          .retry_max = 5ms};
+}
+
+class SubscriptionRunnerTest : public StreamFixture {
+ protected:
+  std::unique_ptr<SubscriptionRunner> runner(
+      std::vector<std::pair<SubscriptionSpec, std::shared_ptr<Recorder>>> subs,
+      std::shared_ptr<LeaseManager> leases = {}) {
+    SubscriptionRunner::Options o{.connection_provider = pool_, .store = stream_};
+    for (auto& [spec, publisher] : subs) {
+      o.subscriptions.push_back({.spec = spec, .publisher = publisher, .schedule = fast()});
+    }
+    o.leases = std::move(leases);
+    o.sequencer_interval = 5ms;
+    auto r = std::make_unique<SubscriptionRunner>(std::move(o));
+    r->start();
+    return r;
+  }
+  void write(const std::string& id, Tags tags = {}, const std::string& type = "Thing") {
+    auto conn = pool_->acquire();
+    store_->insert_new(*conn, EventEnvelope::builder(EventType::of(type))
+                                  .event_id(id)
+                                  .tags(tags)
+                                  .payload_json("{}")
+                                  .build());
+  }
+  StreamPosition cursor(const std::string& name) {
+    return stream_->find(*pool_->acquire(), name)->cursor;
+  }
+  bool caught_up(const std::string& name) {
+    sequence();
+    auto conn = pool_->acquire();
+    return stream_->find(*conn, name)->cursor == stream_->head(*conn);
+  }
+};
+
+TEST_P(SubscriptionRunnerTest, FansOutByTagsToEachSubscriptionInStreamOrderAgainstALedger) {
+  constexpr int kWriters = 4;
+  constexpr int kPerWriter = 12500;  // 50,000 events
+  const std::vector<SubscriptionSpec> specs = {
+      {"wallets", {.required_tags = {"wallet_id"}}, "a", "wallets"},
+      {"payments", {.any_of_tags = {"payment_id", "transfer_id=t-1"}}, "b", "payments"},
+      {"orders", {.event_types = {"Order*"}}, "c", "orders"}};
+  std::vector<std::shared_ptr<Recorder>> recorders;
+  std::vector<std::pair<SubscriptionSpec, std::shared_ptr<Recorder>>> subs;
+  for (const auto& s : specs) {
+    recorders.push_back(std::make_shared<Recorder>());
+    subs.emplace_back(s, recorders.back());
+  }
+  auto r = runner(subs);
+  std::vector<std::future<void>> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.push_back(std::async(std::launch::async, [&, w] {
+      auto conn = pool_->acquire();
+      std::vector<EventEnvelope> batch;
+      for (int i = 0; i < kPerWriter; ++i) {
+        auto b = EventEnvelope::builder(EventType::of(i % 3 == 0 ? "OrderPlaced" : "Moved"))
+                     .event_id("w" + std::to_string(w) + "-" + std::to_string(i))
+                     .payload_json("{}");
+        if (i % 2 == 0) {
+          b.tag("wallet_id", "w" + std::to_string(i % 7));
+        }
+        if (i % 5 == 0) {
+          b.tag("payment_id", "p");
+        } else if (i % 5 == 1) {
+          b.tag("transfer_id", i % 10 == 1 ? "t-1" : "t-2");
+        }
+        batch.push_back(b.build());
+        if (batch.size() == 250) {
+          conn->begin();
+          store_->insert_batch(*conn, batch);
+          conn->commit();
+          batch.clear();
+        }
+      }
+    }));
+  }
+  for (auto& w : writers) {
+    w.get();
+  }
+  for (const auto& s : specs) {
+    ASSERT_TRUE(wait_until([&] { return caught_up(s.name); }, 120s)) << s.name;
+  }
+  // The ledger: the table in stream order, filtered as each subscription filters.
+  StreamPosition from;
+  const auto all = read_all(from);
+  ASSERT_EQ(all.size(), static_cast<std::size_t>(kWriters * kPerWriter));
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    std::vector<std::string> expected;
+    for (const auto& e : all) {
+      if (specs[k].filter.matches(to_envelope(e.row, JsonCodec::default_codec()))) {
+        expected.push_back(e.row.event_id);
+      }
+    }
+    EXPECT_GT(expected.size(), 0u);
+    const auto got = recorders[k]->ids();
+    EXPECT_EQ(got.size(), expected.size()) << specs[k].name;
+    EXPECT_TRUE(got == expected) << specs[k].name << ": not exactly its events in stream order";
+    EXPECT_EQ(stream_->find(*pool_->acquire(), specs[k].name)->delivered,
+              static_cast<std::int64_t>(expected.size()));
+    EXPECT_EQ(recorders[k]->target(0), specs[k].target);
+  }
+}
+
+TEST_P(SubscriptionRunnerTest, AFailingPublisherKeepsTheCursorAndEndsFailedUntilReset) {
+  auto rec = std::make_shared<Recorder>();
+  rec->failing = true;
+  write("e1");
+  write("e2");
+  auto r = runner({{{"hook", {}, "http", "url"}, rec}});
+  ASSERT_TRUE(wait_until([&] {
+    return stream_->find(*pool_->acquire(), "hook")->status == SubscriptionStatus::Failed;
+  }));
+  auto st = stream_->find(*pool_->acquire(), "hook");
+  EXPECT_EQ(st->cursor, StreamPosition{});
+  EXPECT_EQ(st->error_count, 3);
+  ASSERT_TRUE(st->last_error);
+  EXPECT_NE(st->last_error->find("endpoint down"), std::string::npos);
+  const int calls = rec->calls();
+  EXPECT_EQ(calls, 3);
+  rec->failing = false;
+  ASSERT_TRUE(stream_->set_status(*pool_->acquire(), "hook", SubscriptionStatus::Active,
+                                  {SubscriptionStatus::Failed}));
+  ASSERT_TRUE(wait_until([&] { return caught_up("hook"); }));
+  EXPECT_EQ(rec->ids(), (std::vector<std::string>{"e1", "e2"}));
+}
+
+TEST_P(SubscriptionRunnerTest, PausedByPlainSqlItStopsAndResumedItGoesOn) {
+  auto rec = std::make_shared<Recorder>();
+  auto witness = std::make_shared<Recorder>();
+  auto r = runner({{{"audit", {}, "log", ""}, rec}, {{"witness", {}, "log", ""}, witness}});
+  write("before");
+  ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 1; }));
+  pool_->acquire()->execute("UPDATE " + sql::subscription_table_name(table_) +
+                            " SET status = 'PAUSED' WHERE name = 'audit'");
+  ASSERT_TRUE(wait_until([&] { return r->views()[0].waiting == "paused"; }));
+  const int calls = rec->calls();
+  write("while-paused");
+  // The active witness on the same schedule delivers it; the paused one does not.
+  ASSERT_TRUE(wait_until([&] { return witness->ids().size() == 2; }));
+  ASSERT_TRUE(wait_until([&] { return caught_up("witness"); }));
+  EXPECT_EQ(r->views()[0].waiting, "paused");
+  EXPECT_EQ(rec->calls(), calls);
+  EXPECT_EQ(rec->ids().size(), 1u);
+  pool_->acquire()->execute("UPDATE " + sql::subscription_table_name(table_) +
+                            " SET status = 'ACTIVE' WHERE name = 'audit'");
+  ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 2; }));
+  EXPECT_EQ(rec->ids().back(), "while-paused");
+}
+
+TEST_P(SubscriptionRunnerTest, RewindRedeliversFromTheNewCursor) {
+  auto rec = std::make_shared<Recorder>();
+  for (int i = 0; i < 5; ++i) {
+    write("r" + std::to_string(i));
+  }
+  auto r = runner({{{"replay", {}, "log", ""}, rec}});
+  ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 5; }));
+  StreamPosition from;
+  const auto all = read_all(from);
+  ASSERT_TRUE(stream_->rewind(*pool_->acquire(), "replay", all[2].position));
+  ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 7; }));
+  const auto ids = rec->ids();
+  EXPECT_EQ(ids[5], "r3");
+  EXPECT_EQ(ids[6], "r4");
+}
+
+TEST_P(SubscriptionRunnerTest, AnUnhealthyPublisherIsNotCalledAndTheReasonIsShown) {
+  auto rec = std::make_shared<Recorder>();
+  rec->healthy = false;
+  write("x");
+  auto r = runner({{{"kafka", {}, "kafka", "t"}, rec}});
+  ASSERT_TRUE(
+      wait_until([&] { return r->views()[0].waiting.find("not healthy") != std::string::npos; }));
+  EXPECT_EQ(rec->calls(), 0);
+  rec->healthy = true;
+  ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 1; }));
+}
+
+TEST_P(SubscriptionRunnerTest, ARowThatCannotBeDecodedStopsItThereUntilTheCursorPassesIt) {
+  auto rec = std::make_shared<Recorder>();
+  write("good-1");
+  write("bad");
+  write("good-2");
+  pool_->acquire()->execute("UPDATE " + table_ +
+                            " SET tags = " + (engine_is("postgres") ? "'[1]'::jsonb" : "'[1]'") +
+                            " WHERE event_id = 'bad'");
+  auto r = runner({{{"strict", {}, "log", ""}, rec}});
+  ASSERT_TRUE(wait_until([&] {
+    return stream_->find(*pool_->acquire(), "strict")->status == SubscriptionStatus::Failed;
+  }));
+  EXPECT_EQ(rec->ids(), (std::vector<std::string>{"good-1"}));
+  const auto st = stream_->find(*pool_->acquire(), "strict");
+  ASSERT_TRUE(st->last_error);
+  EXPECT_NE(st->last_error->find("event bad at "), std::string::npos) << *st->last_error;
+  // The operator skips it: rewind to the bad row's position (its own), then reset.
+  StreamPosition from;
+  const auto all = read_all(from);
+  ASSERT_TRUE(stream_->rewind(*pool_->acquire(), "strict", all[1].position));
+  ASSERT_TRUE(stream_->set_status(*pool_->acquire(), "strict", SubscriptionStatus::Active,
+                                  {SubscriptionStatus::Failed}));
+  ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 2; }));
+  EXPECT_EQ(rec->ids().back(), "good-2");
+}
+
+TEST_P(SubscriptionRunnerTest, TwoProcessesShareTheSubscriptionsAndOneTakesOverFromTheOther) {
+  auto manager = [&](const std::string& owner) {
+    auto m = std::make_shared<LeaseManager>(LeaseManager::Options{.connection_provider = pool_,
+                                                                  .store = leases_,
+                                                                  .owner = owner,
+                                                                  .ttl = 2s,
+                                                                  .renew_interval = 300ms});
+    m->start();
+    return m;
+  };
+  std::vector<std::pair<SubscriptionSpec, std::shared_ptr<Recorder>>> a_subs, b_subs;
+  for (int i = 0; i < 4; ++i) {
+    const SubscriptionSpec spec{"s" + std::to_string(i), {}, "log", ""};
+    a_subs.emplace_back(spec, std::make_shared<Recorder>());
+    b_subs.emplace_back(spec, std::make_shared<Recorder>());
+  }
+  auto a_leases = manager("node-a");
+  auto b_leases = manager("node-b");
+  auto a = runner(a_subs, a_leases);
+  auto b = runner(b_subs, b_leases);
+  auto held = [](SubscriptionRunner& r) {
+    int n = 0;
+    for (const auto& v : r.views()) {
+      n += v.running_here ? 1 : 0;
+    }
+    return n;
+  };
+  ASSERT_TRUE(wait_until([&] { return held(*a) == 2 && held(*b) == 2; }))
+      << held(*a) << " + " << held(*b);
+  for (int i = 0; i < 20; ++i) {
+    write("ev" + std::to_string(i));
+  }
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(wait_until([&] { return caught_up("s" + std::to_string(i)); }));
+  }
+  // Each event went to each subscription once, through whichever process runs it.
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(a_subs[i].second->ids().size() + b_subs[i].second->ids().size(), 20u);
+  }
+  a->close();
+  a_leases->close();
+  ASSERT_TRUE(wait_until([&] { return held(*b) == 4; }));
+  write("after");
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(wait_until([&] { return caught_up("s" + std::to_string(i)); }));
+    EXPECT_EQ(b_subs[i].second->ids().back(), "after");
+  }
+  b->close();
+  b_leases->close();
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, SubscriptionRunnerTest, testing::all_engines(),
+                         testing::engine_name);
+
+}  // namespace
+}  // namespace outbox
