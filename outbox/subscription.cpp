@@ -140,7 +140,9 @@ class SubscriptionRunner::Worker {
 
     // Decode and filter; a row that cannot be decoded stops the batch there (it is reported and
     // retried like a failed publication: the cursor never passes an event silently).
+    // A target that cannot be built for an event fails the same way.
     std::vector<EventEnvelope> envelopes;
+    std::vector<std::string> targets;
     std::vector<std::size_t> index;  // event index of each request
     envelopes.reserve(events.size());
     std::optional<std::pair<std::size_t, std::string>> failure;
@@ -148,19 +150,20 @@ class SubscriptionRunner::Worker {
       try {
         auto envelope = to_envelope(events[i].row, *opts.codec);
         if (sub_.spec.filter.matches(envelope)) {
+          targets.push_back(sub_.target ? sub_.target(envelope) : sub_.spec.target);
           envelopes.push_back(std::move(envelope));
           index.push_back(i);
         }
       } catch (const std::exception& e) {
         failure = {i, "event " + events[i].row.event_id + " at " + events[i].position.to_string() +
-                          " cannot be read: " + e.what()};
+                          " cannot be published: " + e.what()};
         break;
       }
     }
     std::vector<PublishRequest> requests;
     requests.reserve(envelopes.size());
-    for (const auto& e : envelopes) {
-      requests.push_back({&e, sub_.target ? sub_.target(e) : sub_.spec.target});
+    for (std::size_t r = 0; r < envelopes.size(); ++r) {
+      requests.push_back({&envelopes[r], std::move(targets[r])});
     }
     std::optional<milliseconds> retry_after;
     if (!requests.empty()) {

@@ -360,6 +360,44 @@ TEST_P(StreamContract, ConcurrentSequencersNeverNumberARowTwice) {
   EXPECT_EQ(seqs.size(), 400u);
 }
 
+TEST_P(StreamContract, PurgeKeepsWhatALiveSubscriptionHasNotRead) {
+  auto conn = pool_->acquire();
+  const auto now = std::chrono::system_clock::now();
+  for (int i = 0; i < 6; ++i) {
+    store_->insert_new(*conn, event("p" + std::to_string(i)));
+    store_->mark_done(*conn, "p" + std::to_string(i), now);
+  }
+  StreamPosition cursor;
+  const auto all = read_all(cursor);
+  ASSERT_EQ(all.size(), 6u);
+  ASSERT_TRUE(stream_->create(*conn, {"slow", {}, "log", ""}, all[1].position));
+  // Not yet numbered by the sequencer: kept as unread too.
+  store_->insert_new(*conn, event("late"));
+  store_->mark_done(*conn, "late", now);
+  const auto purger = detect_purger(*conn, table_);
+  EXPECT_EQ(purger->purge(*conn, now + 1h, 100), 2);
+  EXPECT_FALSE(store_->find(*conn, "p1"));
+  EXPECT_TRUE(store_->find(*conn, "p2"));
+  EXPECT_TRUE(store_->find(*conn, "late"));
+  ASSERT_TRUE(
+      stream_->set_status(*conn, "slow", SubscriptionStatus::Paused, {SubscriptionStatus::Active}));
+  EXPECT_EQ(purger->purge(*conn, now + 1h, 100), 0);  // paused still holds its rows
+  // The age-based purger (tables only subscriptions read: rows stay NEW) keeps them as well.
+  struct AgePurger final : sql::SqlAgeBasedPurger {
+    AgePurger(const sql::Dialect& d, std::string t) : SqlAgeBasedPurger(d, std::move(t)) {}
+  };
+  store_->insert_new(*conn, event("never-done"));
+  EXPECT_EQ(AgePurger(engine_for(conn->dialect()).dialect(), table_).purge(*conn, now + 1h, 100),
+            0);
+  ASSERT_TRUE(stream_->rewind(*conn, "slow", all[3].position));
+  EXPECT_EQ(purger->purge(*conn, now + 1h, 100), 2);  // p2, p3
+  // A FAILED subscription holds nothing back.
+  stream_->record_error(*conn, "slow", "gave up", 1, nullptr);
+  EXPECT_EQ(purger->purge(*conn, now + 1h, 100), 3);  // p4, p5, late
+  EXPECT_EQ(AgePurger(engine_for(conn->dialect()).dialect(), table_).purge(*conn, now + 1h, 100),
+            1);  // never-done
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, StreamContract, testing::all_engines(), testing::engine_name);
 
 }  // namespace

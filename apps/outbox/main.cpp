@@ -1,4 +1,4 @@
-// The `outbox` command: relay, migrate, status, dead-event handling and purge.
+// The `outbox` command: relay, migrate, status, dead-event handling, purge, subscriptions.
 
 #include <pthread.h>
 #include <signal.h>
@@ -23,6 +23,7 @@
 #include "outbox/relay/config.hpp"
 #include "outbox/relay/operations.hpp"
 #include "outbox/relay/relay.hpp"
+#include "stream_commands.hpp"
 
 namespace {
 
@@ -229,6 +230,8 @@ int main(int argc, char** argv) {
   add_db_options(*purge_cmd, purge_db);
   purge_cmd->add_option("--older-than", older_than, "e.g. 7d, 12h, 30m")->required();
 
+  cli::StreamCommands stream_commands(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -242,6 +245,9 @@ int main(int argc, char** argv) {
   try {
     if (relay_cmd->parsed()) {
       return run_relay(config_path);
+    }
+    if (auto code = stream_commands.run()) {
+      return *code;
     }
     if (migrate_cmd->parsed()) {
       auto pool = open_pool(migrate_db.url, 1);

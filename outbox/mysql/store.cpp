@@ -43,6 +43,9 @@ class MySqlDialect final : public sql::Dialect {
   bool row_value_keyset() const override { return false; }
   // MariaDB cannot delete from a table it selects from in a sub-query.
   bool delete_with_limit() const override { return true; }
+  std::string after_cursor() const override {
+    return "(stream_seq IS NULL OR stream_seq > s.cursor_seq)";
+  }
   std::string insert_ignore(const std::string& into_values, const std::string&) const override {
     return "INSERT IGNORE " + into_values;
   }

@@ -31,6 +31,9 @@ class PostgresDialect final : public sql::Dialect {
   }
   std::string json_text(const std::string& column) const override { return column + "::text"; }
   bool id_array() const override { return true; }
+  std::string after_cursor() const override {
+    return "(stream_xid, stream_seq) > (s.cursor_xid::text::xid8, s.cursor_seq)";
+  }
   std::string insert_ignore(const std::string& into_values, const std::string& key) const override {
     return "INSERT " + into_values + " ON CONFLICT (" + key + ") DO NOTHING";
   }

@@ -88,6 +88,39 @@ struct PrometheusMetrics::Impl {
           .Help("Holdings that ended without a release (renewal refused or late, fenced write)")
           .Register(*registry);
 
+  pm::Family<pm::Counter>& sub_delivered =
+      pm::BuildCounter()
+          .Name("outbox_subscription_delivered_total")
+          .Help("Events a subscription handed to its publisher (in this process)")
+          .Register(*registry);
+  pm::Family<pm::Counter>& sub_failures =
+      pm::BuildCounter()
+          .Name("outbox_subscription_failures_total")
+          .Help("Batches of a subscription that failed and will be retried from the failed event")
+          .Register(*registry);
+  pm::Family<pm::Gauge>& sub_lag_events =
+      pm::BuildGauge()
+          .Name("outbox_subscription_lag_events")
+          .Help("Readable events after the subscription's cursor")
+          .Register(*registry);
+  pm::Family<pm::Gauge>& sub_lag_seconds =
+      pm::BuildGauge()
+          .Name("outbox_subscription_lag_seconds")
+          .Help("Age of the subscription's first unread event (0 when caught up)")
+          .Register(*registry);
+  pm::Family<pm::Gauge>& sub_status =
+      pm::BuildGauge()
+          .Name("outbox_subscription_status")
+          .Help("1 for the subscription's current status (ACTIVE, PAUSED, FAILED), 0 for others")
+          .Register(*registry);
+  pm::Gauge& holdback = pm::BuildGauge()
+                            .Name("outbox_stream_holdback_seconds")
+                            .Help(
+                                "PostgreSQL: age of the oldest open transaction holding the "
+                                "stream back (0 when none)")
+                            .Register(*registry)
+                            .Add({});
+
   std::mutex series_mutex;  // guards series
   std::map<std::string, PublisherSeries, std::less<>> series;
 
@@ -159,6 +192,26 @@ void PrometheusMetrics::increment_lease_acquired(std::string_view name, bool tak
 }
 void PrometheusMetrics::increment_lease_lost(std::string_view name) {
   impl_->lease_lost.Add({{"name", std::string(name)}}).Increment();
+}
+
+void PrometheusMetrics::increment_subscription_delivered(std::string_view name, std::int64_t n) {
+  impl_->sub_delivered.Add({{"subscription", std::string(name)}}).Increment(static_cast<double>(n));
+}
+void PrometheusMetrics::increment_subscription_failure(std::string_view name) {
+  impl_->sub_failures.Add({{"subscription", std::string(name)}}).Increment();
+}
+void PrometheusMetrics::record_subscription(std::string_view name, std::string_view status,
+                                            std::int64_t lag_events, double lag_seconds) {
+  const std::map<std::string, std::string> labels{{"subscription", std::string(name)}};
+  impl_->sub_lag_events.Add(labels).Set(static_cast<double>(lag_events));
+  impl_->sub_lag_seconds.Add(labels).Set(lag_seconds);
+  for (const char* s : {"ACTIVE", "PAUSED", "FAILED"}) {
+    impl_->sub_status.Add({{"subscription", std::string(name)}, {"status", s}})
+        .Set(status == s ? 1 : 0);
+  }
+}
+void PrometheusMetrics::record_stream_holdback(double seconds) {
+  impl_->holdback.Set(seconds);
 }
 
 void PrometheusMetrics::record_publish(std::string_view publisher, PublishResult::Kind result,

@@ -39,6 +39,16 @@ class PrometheusMetrics final : public MetricsExporter {
   /// outbox_lease_losses_total{name}.
   void increment_lease_lost(std::string_view name) override;
 
+  /// outbox_subscription_delivered_total{subscription}, outbox_subscription_failures_total.
+  void increment_subscription_delivered(std::string_view name, std::int64_t n) override;
+  void increment_subscription_failure(std::string_view name) override;
+  /// outbox_subscription_lag_events{subscription}, outbox_subscription_lag_seconds,
+  /// outbox_subscription_status{subscription,status} (1 for the current one).
+  void record_subscription(std::string_view name, std::string_view status, std::int64_t lag_events,
+                           double lag_seconds);
+  /// outbox_stream_holdback_seconds.
+  void record_stream_holdback(double seconds);
+
   /// Counts one publication by `publisher` and its latency.
   void record_publish(std::string_view publisher, PublishResult::Kind result,
                       std::chrono::nanoseconds elapsed);

@@ -29,20 +29,49 @@ std::string json_error(const std::string& message) {
 
 // What a request path names, once split and decoded.
 struct Route {
-  enum class Kind { Healthz, Readyz, Metrics, Status, DeadList, Replay, Unknown };
+  enum class Kind {
+    Healthz,
+    Readyz,
+    Metrics,
+    Status,
+    DeadList,
+    Replay,
+    Subscriptions,
+    Subscription,
+    SubscriptionAction,
+    Unknown
+  };
   Kind kind = Kind::Unknown;
-  std::string id;  // Replay: the event id, percent-decoded after splitting (so %2F stays in it)
+  // Replay: the event id; Subscription*: the name. Percent-decoded after splitting (so %2F stays).
+  std::string id;
+  std::string action;  // SubscriptionAction
 };
 
 Route route_of(const std::string& path) {
   using Kind = Route::Kind;
-  static const std::map<std::string, Kind, std::less<>> kFixed = {{"/healthz", Kind::Healthz},
-                                                                  {"/readyz", Kind::Readyz},
-                                                                  {"/metrics", Kind::Metrics},
-                                                                  {"/api/status", Kind::Status},
-                                                                  {"/api/dead", Kind::DeadList}};
+  static const std::map<std::string, Kind, std::less<>> kFixed = {
+      {"/healthz", Kind::Healthz},   {"/readyz", Kind::Readyz},
+      {"/metrics", Kind::Metrics},   {"/api/status", Kind::Status},
+      {"/api/dead", Kind::DeadList}, {"/api/subscriptions", Kind::Subscriptions}};
   if (auto it = kFixed.find(path); it != kFixed.end()) {
-    return {it->second, {}};
+    return {it->second, {}, {}};
+  }
+  constexpr std::string_view kSubs = "/api/subscriptions/";
+  if (path.size() > kSubs.size() && path.starts_with(kSubs)) {
+    const std::string_view rest = std::string_view(path).substr(kSubs.size());
+    const auto slash = rest.find('/');
+    auto name = internal::percent_decode(rest.substr(0, slash));
+    if (!name || name->empty()) {
+      return {};
+    }
+    if (slash == std::string_view::npos) {
+      return {Kind::Subscription, std::move(*name), {}};
+    }
+    const std::string_view action = rest.substr(slash + 1);
+    if (action == "pause" || action == "resume" || action == "reset" || action == "rewind") {
+      return {Kind::SubscriptionAction, std::move(*name), std::string(action)};
+    }
+    return {};
   }
   constexpr std::string_view kPrefix = "/api/dead/", kSuffix = "/replay";
   if (path.size() > kPrefix.size() + kSuffix.size() && path.starts_with(kPrefix) &&
@@ -51,7 +80,7 @@ Route route_of(const std::string& path) {
         kPrefix.size(), path.size() - kPrefix.size() - kSuffix.size());
     if (raw.find('/') == std::string_view::npos) {
       if (auto id = internal::percent_decode(raw)) {
-        return {Kind::Replay, std::move(*id)};
+        return {Kind::Replay, std::move(*id), {}};
       }
     }
   }
@@ -120,10 +149,15 @@ struct AdminServer::Impl {
   std::optional<internal::HttpResponse> screen(const internal::HttpRequest& req) const {
     using Kind = Route::Kind;
     const Route route = route_of(req.path);
-    if (route.kind == Kind::Unknown) {
-      return json(404, json_error("no such endpoint: " + req.path.substr(0, 200)));
+    const bool stream_route = route.kind == Kind::Subscriptions ||
+                              route.kind == Kind::Subscription ||
+                              route.kind == Kind::SubscriptionAction;
+    if (route.kind == Kind::Unknown || (stream_route && !handlers.subscriptions_json)) {
+      return json(404, json_error(stream_route ? "this relay has no [[subscriptions]]"
+                                               : "no such endpoint: " + req.path.substr(0, 200)));
     }
-    const char* allow = route.kind == Kind::Replay ? "POST" : "GET";
+    const bool mutating = route.kind == Kind::Replay || route.kind == Kind::SubscriptionAction;
+    const char* allow = mutating ? "POST" : "GET";
     if (req.method != allow) {
       auto r = json(405, json_error(std::string("method not allowed; use ") + allow));
       r.headers.emplace_back("Allow", allow);
@@ -134,8 +168,11 @@ struct AdminServer::Impl {
         return text(200, "ok\n");  // liveness: answered even while every worker is busy
       case Kind::Status:
       case Kind::DeadList:
+      case Kind::Subscriptions:
+      case Kind::Subscription:
         return refuse_unauthorised(req, false);
       case Kind::Replay:
+      case Kind::SubscriptionAction:
         return refuse_unauthorised(req, true);
       default:
         return std::nullopt;
@@ -181,6 +218,29 @@ struct AdminServer::Impl {
           return json(200, "{\"replayed\":1}");
         }
         return json(404, json_error("no DEAD event " + route.id));
+      case Kind::Subscriptions:
+        return json(200, handlers.subscriptions_json("").value_or("{}"));
+      case Kind::Subscription:
+        if (auto body = handlers.subscriptions_json(route.id)) {
+          return json(200, std::move(*body));
+        }
+        return json(404, json_error("no subscription " + route.id));
+      case Kind::SubscriptionAction: {
+        const auto params = query_params(req.query);
+        const auto to = params.find("to");
+        try {
+          if (auto body = handlers.subscription_action(
+                  route.id, route.action,
+                  to == params.end() ? std::nullopt : std::optional<std::string>(to->second))) {
+            return json(200, std::move(*body));
+          }
+          return json(404, json_error("no subscription " + route.id));
+        } catch (const std::invalid_argument& e) {
+          return json(400, json_error(e.what()));
+        } catch (const std::logic_error& e) {
+          return json(409, json_error(e.what()));
+        }
+      }
       default:
         return json(404, json_error("no such endpoint"));
     }

@@ -18,6 +18,15 @@ struct AdminHandlers {
                             int limit)>
       dead_json;                                      ///< DEAD rows as JSON
   std::function<bool(const std::string& id)> replay;  ///< false: no DEAD row with that id
+  /// Stream mode; unset when the relay has no subscriptions (the endpoints answer 404). `name`
+  /// empty: every subscription. nullopt: no subscription of that name.
+  std::function<std::optional<std::string>(const std::string& name)> subscriptions_json;
+  /// pause | resume | reset | rewind (`to`: start, end, an RFC 3339 time or a position). The
+  /// subscription's JSON after it; nullopt: none of that name. Throws std::invalid_argument
+  /// (answered 400) or std::logic_error (409: its status does not allow the action).
+  std::function<std::optional<std::string>(const std::string& name, const std::string& action,
+                                           std::optional<std::string> to)>
+      subscription_action;
 };
 
 /// Serves the endpoints on its own threads from start() to stop(). Thread-safe.

@@ -9,6 +9,7 @@
 
 #include "outbox/lease.hpp"
 #include "outbox/relay/router.hpp"
+#include "outbox/stream.hpp"
 
 namespace outbox::relay {
 namespace {
@@ -104,6 +105,27 @@ class TableReader {
                       format_duration(max));
     }
   }
+  // A string or an array of strings.
+  void string_list(const std::string& key, std::vector<std::string>& out) {
+    const toml::node* node = get(key);
+    if (node == nullptr) {
+      return;
+    }
+    if (node->is_string()) {
+      out = {expand(*node, **node->as_string())};
+      return;
+    }
+    if (!node->is_array()) {
+      fail(*node, key_name(key) + " must be a string or an array of strings");
+    }
+    out.clear();
+    for (const auto& item : *node->as_array()) {
+      if (!item.is_string()) {
+        fail(item, key_name(key) + " must hold strings only");
+      }
+      out.push_back(expand(item, **item.as_string()));
+    }
+  }
   void string_map(const std::string& key, std::map<std::string, std::string>& out) {
     const toml::node* node = get(key);
     if (node == nullptr) {
@@ -175,6 +197,81 @@ const toml::table& sub_table(TableReader& parent, const std::string& key) {
     parent.fail(*node, "[" + key + "] must be a table");
   }
   return *node->as_table();
+}
+
+const PublisherConfig* find_publisher(const RelayConfig& c, const std::string& name) {
+  for (const auto& p : c.publishers) {
+    if (p.name == name) {
+      return &p;
+    }
+  }
+  return nullptr;
+}
+
+void read_subscriptions(TableReader& top, const std::string& source, RelayConfig& c) {
+  const toml::node* subs = top.get("subscriptions");
+  if (subs == nullptr) {
+    return;
+  }
+  if (!subs->is_array_of_tables()) {
+    top.fail(*subs, "subscriptions must be [[subscriptions]] tables");
+  }
+  std::set<std::string> names;
+  for (const auto& node : *subs->as_array()) {
+    TableReader r(*node.as_table(), "subscriptions", source);
+    SubscriptionConfig sub;
+    sub.line = static_cast<int>(node.source().begin.line);
+    r.string("name", sub.name);
+    try {
+      validate_subscription_name(sub.name);
+    } catch (const std::invalid_argument& e) {
+      r.fail(std::string("subscriptions.name: ") + e.what());
+    }
+    if (!names.insert(sub.name).second) {
+      r.fail("subscriptions.name '" + sub.name + "' is defined twice");
+    }
+    r.string("publisher", sub.publisher);
+    r.string("target", sub.target);
+    r.string_list("event_types", sub.event_types);
+    r.string_list("aggregate_types", sub.aggregate_types);
+    r.string_list("required_tags", sub.required_tags);
+    r.string_list("any_of_tags", sub.any_of_tags);
+    if (auto start = r.string("start")) {
+      if (*start != "beginning" && *start != "end") {
+        r.fail(*r.get("start"), "subscriptions.start must be \"beginning\" or \"end\"");
+      }
+      sub.start_at_end = *start == "end";
+    }
+    r.duration("interval", sub.interval, milliseconds(1), hours(1));
+    r.integer("batch", sub.batch, 1, 10000);
+    r.integer("backoff_threshold", sub.backoff_threshold, 0, 1000);
+    r.integer("backoff_multiplier", sub.backoff_multiplier, 1, 10);
+    r.duration("backoff_max", sub.backoff_max, milliseconds(1), hours(24));
+    r.integer("max_errors", sub.max_errors, 0, 1000000);
+    r.duration("retry_base", sub.retry_base, milliseconds(1), hours(1));
+    r.duration("retry_max", sub.retry_max, milliseconds(1), days(1));
+    r.finish();
+    const PublisherConfig* publisher = find_publisher(c, sub.publisher);
+    if (publisher == nullptr) {
+      r.fail(sub.publisher.empty() ? "subscriptions.publisher is required"
+                                   : "subscriptions.publisher '" + sub.publisher +
+                                         "' is not a [publishers.<name>] table");
+    }
+    if (sub.target.empty() && publisher->type != PublisherConfig::Type::Log) {
+      r.fail("subscriptions.target (topic or URL) is required for publisher '" + sub.publisher +
+             "'");
+    }
+    if (auto problem = template_problem(sub.target)) {
+      r.fail("subscriptions.target: " + *problem);
+    }
+    try {
+      SubscriptionFilter{sub.event_types, sub.aggregate_types, sub.required_tags, sub.any_of_tags}
+          .validate();
+    } catch (const std::invalid_argument& e) {
+      r.fail(std::string("subscriptions.") + sub.name + ": " + e.what());
+    }
+    c.subscriptions.push_back(std::move(sub));
+  }
 }
 
 PublisherConfig read_publisher(const std::string& name, const toml::table& table,
@@ -319,12 +416,20 @@ RelayConfig read(const toml::table& root, const std::string& source) {
     c.publishers.push_back(read_publisher(std::string(name.str()), *node.as_table(), source));
   }
 
+  TableReader stream(sub_table(top, "stream"), "stream", source);
+  stream.duration("max_lag_retention", c.stream.max_lag_retention, milliseconds(0), days(3650));
+  stream.boolean("fail_lagging", c.stream.fail_lagging);
+  stream.finish();
+
+  read_subscriptions(top, source, c);
   const toml::node* routes = top.get("routes");
-  if (routes == nullptr || !routes->is_array_of_tables() || routes->as_array()->empty()) {
+  if ((routes == nullptr && c.subscriptions.empty()) ||
+      (routes != nullptr && (!routes->is_array_of_tables() || routes->as_array()->empty()))) {
     top.fail(routes ? *routes : static_cast<const toml::node&>(root),
-             "at least one [[routes]] entry is required");
+             "at least one [[routes]] or [[subscriptions]] entry is required");
   }
-  for (const auto& node : *routes->as_array()) {
+  static const toml::array kNoRoutes;
+  for (const auto& node : routes ? *routes->as_array() : kNoRoutes) {
     TableReader r(*node.as_table(), "routes", source);
     RouteConfig route;
     route.line = static_cast<int>(node.source().begin.line);

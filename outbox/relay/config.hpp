@@ -51,6 +51,27 @@ struct RouteConfig {
   int line = 0;  ///< where it was defined, for messages
 };
 
+/// One [[subscriptions]] entry (stream mode): a named reader of the stream with its own cursor.
+struct SubscriptionConfig {
+  std::string name;
+  std::string publisher;                 ///< a [publishers.<name>] name
+  std::string target;                    ///< topic or URL; the same placeholders as routes.target
+  std::vector<std::string> event_types;  ///< globs; empty: every type
+  std::vector<std::string> aggregate_types;  ///< globs; empty: every aggregate type
+  std::vector<std::string> required_tags;    ///< "name" or "name=value"; all must hold
+  std::vector<std::string> any_of_tags;      ///< at least one must hold (when any are given)
+  bool start_at_end = false;                 ///< start = "end" (default "beginning")
+  std::chrono::milliseconds interval{500};
+  int batch = 100;
+  int backoff_threshold = 3;
+  int backoff_multiplier = 2;
+  std::chrono::milliseconds backoff_max{60000};
+  int max_errors = 10;  ///< 0: never FAILED
+  std::chrono::milliseconds retry_base{1000};
+  std::chrono::milliseconds retry_max{60000};
+  int line = 0;
+};
+
 /// The whole file. Defaults are what a key left out means.
 struct RelayConfig {
   struct Database {
@@ -100,8 +121,15 @@ struct RelayConfig {
     /// Bearer token for /api/*; absent: reads open, POSTs refused. An empty value is an error.
     std::string token;
   } admin;
+  struct Stream {
+    /// A subscription whose first unread event is older than this is reported as lagging (and
+    /// FAILED with fail_lagging, so it stops holding rows back from purge). 0: never.
+    std::chrono::milliseconds max_lag_retention{0};
+    bool fail_lagging = false;
+  } stream;
   std::vector<PublisherConfig> publishers;
-  std::vector<RouteConfig> routes;
+  std::vector<RouteConfig> routes;                ///< claim mode; may be empty with subscriptions
+  std::vector<SubscriptionConfig> subscriptions;  ///< stream mode
 };
 
 /// Parses and validates `text`. Every string value (durations too) may be "${VAR}" (or contain it):

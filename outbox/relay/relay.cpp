@@ -17,11 +17,14 @@
 #include "outbox/log.hpp"
 #include "outbox/outbox.hpp"
 #include "outbox/prometheus/metrics.hpp"
+#include "outbox/purge.hpp"
 #include "outbox/relay/admin_server.hpp"
 #include "outbox/relay/log_publisher.hpp"
 #include "outbox/relay/operations.hpp"
 #include "outbox/relay/router.hpp"
+#include "outbox/relay/stream_mode.hpp"
 #include "outbox/retry_policy.hpp"
+#include "outbox/sql/sql_store.hpp"
 #include "outbox/transaction.hpp"
 
 namespace outbox::relay {
@@ -165,6 +168,14 @@ class RoutingRegistry final : public ListenerRegistry {
   std::vector<std::shared_ptr<const BatchEventListener>> batches_;
 };
 
+// Rows of a table only subscriptions read stay NEW: they go by age, once every live
+// subscription has read them.
+class StreamOnlyPurger final : public sql::SqlAgeBasedPurger {
+ public:
+  StreamOnlyPurger(const sql::Dialect& dialect, std::string table)
+      : SqlAgeBasedPurger(dialect, std::move(table)) {}
+};
+
 }  // namespace
 
 struct Relay::Impl {
@@ -174,10 +185,13 @@ struct Relay::Impl {
   std::shared_ptr<prometheus::PrometheusMetrics> metrics =
       std::make_shared<prometheus::PrometheusMetrics>();
   std::map<std::string, std::shared_ptr<Publisher>> publishers;
-  std::string owner;                        // claims (active) or the lease (standby)
-  std::shared_ptr<LeaseStore> lease_store;  // reads the lease table for status
-  std::shared_ptr<LeaseManager> leases;     // standby mode
-  std::unique_ptr<Outbox> outbox;
+  std::string owner;                                   // claims (active) or the lease (standby)
+  std::shared_ptr<LeaseStore> lease_store;             // reads the lease table for status
+  std::shared_ptr<LeaseManager> leases;                // standby mode
+  std::unique_ptr<Outbox> outbox;                      // claim mode: none without [[routes]]
+  std::shared_ptr<LeaseManager> stream_leases;         // subscriptions: `leases` in standby mode
+  std::unique_ptr<StreamMode> stream_mode;             // none without [[subscriptions]]
+  std::unique_ptr<OutboxPurgeScheduler> stream_purge;  // purge without [[routes]]
   std::unique_ptr<AdminServer> admin;
   std::mutex lifecycle_mutex;  // guards started/stopped transitions
   bool started = false, stopped = false;
@@ -245,6 +259,26 @@ struct Relay::Impl {
       return dead_to_json(dead->query(t, a, limit, false));
     };
     h.replay = [dead](const std::string& id) { return dead->replay(id); };
+    if (stream_mode) {
+      h.subscriptions_json = [this](const std::string& name) -> std::optional<std::string> {
+        if (name.empty()) {
+          return to_json(stream_mode->report());
+        }
+        auto report = stream_mode->report(name);
+        if (report.subscriptions.empty()) {
+          return std::nullopt;
+        }
+        return to_json(report.subscriptions.front(), Clock::system()->now());
+      };
+      h.subscription_action = [this](const std::string& name, const std::string& action,
+                                     std::optional<std::string> to) -> std::optional<std::string> {
+        auto r = stream_mode->act(name, action, std::move(to));
+        if (!r) {
+          return std::nullopt;
+        }
+        return to_json(*r, Clock::system()->now());
+      };
+    }
     admin = std::make_unique<AdminServer>(config.admin.host, config.admin.port, config.admin.token,
                                           std::move(h));
   }
@@ -294,7 +328,33 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
       throw ConfigError("publishers." + p.name + ": " + e.what());
     }
   }
-  impl_->build_outbox();
+  if (!c.routes.empty()) {
+    impl_->build_outbox();
+  } else if (c.purge.enabled) {
+    auto conn = impl_->pool->acquire();
+    impl_->stream_purge = std::make_unique<OutboxPurgeScheduler>(OutboxPurgeScheduler::Options{
+        .connection_provider = impl_->pool,
+        .purger = std::make_shared<StreamOnlyPurger>(engine_for(conn->dialect()).dialect(),
+                                                     c.database.table),
+        .retention = std::chrono::duration_cast<std::chrono::seconds>(c.purge.retention),
+        .interval = c.purge.interval});
+  }
+  if (!c.subscriptions.empty()) {
+    auto conn = impl_->pool->acquire();
+    impl_->stream_leases = impl_->leases;
+    if (!impl_->stream_leases) {
+      impl_->stream_leases = std::make_shared<LeaseManager>(
+          LeaseManager::Options{.connection_provider = impl_->pool,
+                                .store = impl_->lease_store,
+                                .owner = impl_->owner,
+                                .ttl = c.relay.lease_ttl,
+                                .renew_interval = c.relay.lease_renew,
+                                .metrics = impl_->metrics});
+    }
+    impl_->stream_mode = std::make_unique<StreamMode>(
+        c, impl_->pool, detect_stream_store(*conn, c.database.table), impl_->lease_store,
+        impl_->stream_leases, impl_->publishers, impl_->metrics);
+  }
   if (c.admin.enabled) {
     impl_->build_admin();
     if (c.admin.token.empty() && !is_loopback(c.admin.host)) {
@@ -322,9 +382,20 @@ void Relay::start() {
   if (impl_->admin) {
     impl_->admin->start();
   }
-  impl_->outbox->start();
+  if (impl_->outbox) {
+    impl_->outbox->start();
+  }
+  if (impl_->stream_purge) {
+    impl_->stream_purge->start();
+  }
+  if (impl_->stream_mode) {
+    impl_->stream_leases->start();
+    impl_->stream_mode->start();
+  }
   log(LogLevel::Info, "relay started: " + std::to_string(impl_->config.routes.size()) +
-                          " routes, " + std::to_string(impl_->publishers.size()) + " publishers" +
+                          " routes, " + std::to_string(impl_->config.subscriptions.size()) +
+                          " subscriptions, " + std::to_string(impl_->publishers.size()) +
+                          " publishers" +
                           (impl_->admin ? ", admin on " + impl_->config.admin.host + ":" +
                                               std::to_string(impl_->admin->port())
                                         : std::string()));
@@ -352,7 +423,18 @@ void Relay::stop() {
       }
     }
   });
-  impl_->outbox->close();  // poller first, then the dispatcher drains
+  if (impl_->stream_purge) {
+    impl_->stream_purge->close();
+  }
+  if (impl_->stream_mode) {
+    impl_->stream_mode->close();  // after the batches in progress; hands the leases back
+  }
+  if (impl_->outbox) {
+    impl_->outbox->close();  // poller first, then the dispatcher drains
+  }
+  if (impl_->stream_leases && impl_->stream_leases != impl_->leases) {
+    impl_->stream_leases->close();
+  }
   {
     std::lock_guard lock(watchdog_mutex);
     closed = true;
@@ -364,6 +446,7 @@ void Relay::stop() {
   }
   // The listeners own the last references to the publishers: Kafka flushes here.
   impl_->outbox.reset();
+  impl_->stream_mode.reset();
   impl_->publishers.clear();
   log(LogLevel::Info, "relay stopped");
 }

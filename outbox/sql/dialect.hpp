@@ -76,6 +76,9 @@ class Dialect {
   virtual bool row_value_keyset() const { return true; }
   /// True for DELETE … ORDER BY … LIMIT; false deletes through a sub-select of the same table.
   virtual bool delete_with_limit() const { return false; }
+  /// The condition "the outbox row (unqualified columns) is after the cursor of subscription
+  /// `s`": the row is not yet read by it (rows not yet numbered by a sequencer included).
+  virtual std::string after_cursor() const { return "stream_seq > s.cursor_seq"; }
   /// `INSERT … VALUES (…)` that does nothing when the key exists; `into_values` is
   /// "INTO t (cols) VALUES (…)" and `key` the conflicting column.
   virtual std::string insert_ignore(const std::string& into_values,

@@ -7,6 +7,7 @@
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/lease_store.hpp"
+#include "outbox/sql/stream_store.hpp"
 
 namespace outbox::sql {
 namespace {
@@ -37,6 +38,12 @@ int delete_oldest(Connection& conn, const Dialect& d, const std::string& table,
   s.sql(" ORDER BY " + order + " LIMIT ").param(std::int64_t{limit}).sql(") AND ");
   condition(s);
   return to_int(s.execute(conn));
+}
+
+// A row an ACTIVE or PAUSED subscription has not read yet is kept, whatever its age or status.
+std::string not_retained_by_subscriptions(const Dialect& d, const std::string& table) {
+  return " AND NOT EXISTS (SELECT 1 FROM " + subscription_table_name(table) +
+         " s WHERE s.status IN ('ACTIVE', 'PAUSED') AND " + d.after_cursor() + ")";
 }
 
 }  // namespace
@@ -455,7 +462,8 @@ int SqlEventPurger::purge_where(Connection& conn, int limit,
       conn, dialect_, table_, dialect_.terminal_order_column(), limit, [&](Statement& s) {
         s.sql(dialect_.terminal_filter() + " AND " + retention + " < ");
         cutoff(s);
-        s.sql(" AND (status = " + status_sql(EventStatus::Done) + " OR done_at IS NOT NULL)");
+        s.sql(" AND (status = " + status_sql(EventStatus::Done) + " OR done_at IS NOT NULL)" +
+              not_retained_by_subscriptions(dialect_, table_));
       });
 }
 
@@ -468,7 +476,8 @@ int SqlAgeBasedPurger::purge(Connection& conn, Timestamp before, int limit) {
   return delete_oldest(conn, dialect_, table_, "created_at", limit, [&](Statement& s) {
     s.sql("created_at < ")
         .at(before)
-        .sql(" AND NOT (" + pending_statuses() + " AND locked_by IS NOT NULL)");
+        .sql(" AND NOT (" + pending_statuses() + " AND locked_by IS NOT NULL)" +
+             not_retained_by_subscriptions(dialect_, table_));
   });
 }
 

@@ -117,7 +117,8 @@ class SqlOutboxStore : public OutboxStore {
 };
 
 /// Deletes DONE rows done before `before` and DEAD rows that became DEAD before it (done_at; a
-/// DEAD row without done_at, from before schema version 2, is kept). Thread-safe.
+/// DEAD row without done_at, from before schema version 2, is kept), except rows an ACTIVE or
+/// PAUSED subscription has not read yet. Thread-safe.
 class SqlEventPurger : public EventPurger {
  public:
   /// Throws std::invalid_argument on a bad table name. With `use_database_clock` (and a dialect
@@ -136,8 +137,10 @@ class SqlEventPurger : public EventPurger {
 };
 
 /// Deletes every row created before `before` whatever its status, except rows a relay holds
-/// claimed: for writer-only (CDC) tables, where nothing marks rows DONE. Outbox accepts it only in
-/// writer_only mode, since it would delete events that are still to be delivered. Thread-safe.
+/// claimed and rows an ACTIVE or PAUSED subscription has not read yet: for writer-only (CDC)
+/// tables and tables read only by subscriptions, where nothing marks rows DONE. Outbox accepts it
+/// only in writer_only mode, since it would delete events that are still to be delivered.
+/// Thread-safe.
 class SqlAgeBasedPurger : public EventPurger {
  public:
   /// Throws std::invalid_argument on a bad table name.
