@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <signal.h>
 
+#include <fstream>
 #include <map>
 #include <set>
 #include <thread>
@@ -243,6 +244,49 @@ TEST_P(RelayStream, SubscriptionsSpreadOverTwoRelaysAndMoveWhenOneIsKilled) {
   EXPECT_EQ(relays_["r2"]->terminate(), 0);
   // Stopped, the relay handed its subscriptions back at once.
   EXPECT_TRUE(holders().empty());
+}
+
+TEST_P(RelayStream, ClaimModeAndStreamModeShareATableAndAHeldBackStreamShowsInMetrics) {
+  const std::string config = base_config("r1") + "[[routes]]\npublisher = \"hooks\"\ntarget = \"" +
+                             http_.url("/route") + "\"\n" + subscription("sub", http_.url("/sub"));
+  relays_["r1"] = std::make_unique<RelayProcess>(dir_, config, "r1");
+  const int port = relays_["r1"]->admin_port();
+  write(0, 5);
+  ASSERT_TRUE(wait_until([&] { return received("/route").size() == 5; }));
+  ASSERT_TRUE(wait_until([&] { return received("/sub").size() == 5; }));
+  // The route marks its rows DONE (in batches); the subscription's cursor is apart from that.
+  EXPECT_TRUE(wait_until([&] { return store_->count_by_status(*pool_->acquire())[1] == 5; }));
+  if (GetParam().name == "postgres") {
+    // An open transaction that wrote holds the stream (not the claims) back, and says so.
+    auto open = open_pool(url_, 1);
+    auto held = open->acquire();
+    held->begin();
+    store_->insert_new(*held, EventEnvelope::of_json(EventType::of("Held"), "{}"));
+    write(5, 1);
+    ASSERT_TRUE(wait_until([&] { return received("/route").size() == 6; }));
+    std::string metrics;
+    ASSERT_TRUE(wait_until(
+        [&] {
+          metrics = api(port, "GET", "/metrics")->body;
+          return metrics.find("outbox_stream_holdback_seconds 0\n") == std::string::npos &&
+                 metrics.find("outbox_stream_holdback_seconds") != std::string::npos;
+        },
+        30s))
+        << metrics;
+    EXPECT_EQ(received("/sub").size(), 5u);
+    const auto file = dir_.file("metrics.txt");
+    std::ofstream(file) << metrics;
+    EXPECT_EQ(std::system(("promtool check metrics < " + file).c_str()), 0);
+    held->rollback();
+  } else {
+    write(5, 1);
+  }
+  ASSERT_TRUE(wait_until([&] { return received("/sub").size() == 6; }));
+  EXPECT_EQ(received("/sub").back(), "ev-5");
+  const auto status = run_cli(dir_, cli("stream status --json"));
+  ASSERT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_NE(status.out.find("\"name\":\"sub\""), std::string::npos) << status.out;
+  EXPECT_EQ(relays_["r1"]->terminate(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, RelayStream, testing::all_engines(), testing::engine_name);

@@ -60,7 +60,9 @@ PostgresStreamStore::PostgresStreamStore(std::string table)
     : SqlStreamStore(dialect(), std::move(table)) {}
 
 std::string PostgresStreamStore::position_columns() const {
-  return "stream_xid::text::bigint, stream_seq";
+  // Named apart from the columns: ORDER BY stream_xid would otherwise mean this bigint (output
+  // names come first there) and sort the table instead of walking the index.
+  return "stream_xid::text::bigint AS position_xid, stream_seq AS position_seq";
 }
 
 void PostgresStreamStore::after(sql::Statement& s, StreamPosition after) const {

@@ -45,8 +45,11 @@ class SqlStreamStore : public StreamStore {
   /// Throws std::invalid_argument on a bad table name.
   SqlStreamStore(const Dialect& dialect, std::string table);
 
-  /// The two position columns of a SELECT list: xid (0 where there is none) and seq.
-  virtual std::string position_columns() const { return "0, stream_seq"; }
+  /// The two position columns of a SELECT list: xid (0 where there is none) and seq, under
+  /// names of their own (position_xid, position_seq).
+  virtual std::string position_columns() const {
+    return "0 AS position_xid, stream_seq AS position_seq";
+  }
   /// Appends the condition "position > after".
   virtual void after(Statement& s, StreamPosition after) const;
   /// The condition of readable rows (" AND …"), appended after after().
