@@ -12,6 +12,7 @@
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/writer.hpp"
 
 namespace outbox {
 namespace {
@@ -335,6 +336,18 @@ void SubscriptionRunner::wake() {
   if (background_->sequencer) {
     background_->sequencer->wake();
   }
+}
+
+std::shared_ptr<WriterHook> SubscriptionRunner::writer_hook() {
+  class Wake final : public WriterHook {
+   public:
+    explicit Wake(SubscriptionRunner& runner) : runner_(runner) {}
+    void after_commit(const std::vector<EventEnvelope>&) override { runner_.wake(); }
+
+   private:
+    SubscriptionRunner& runner_;
+  };
+  return std::make_shared<Wake>(*this);
 }
 
 void SubscriptionRunner::close() {

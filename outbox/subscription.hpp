@@ -20,6 +20,7 @@ class ConnectionProvider;
 }
 class LeaseManager;
 class MetricsExporter;
+class WriterHook;
 
 /// Runs a set of subscriptions for one process. With a LeaseManager, a subscription runs only
 /// where its lease "sub:<name>" is held, the cursor moves only under that holding (fenced), and
@@ -88,6 +89,9 @@ class SubscriptionRunner {
   void start();
   /// Ends every idle wait now: new events were committed.
   void wake();
+  /// A writer hook that calls wake() after each commit of events: give it to the OutboxWriter of
+  /// this process, so its subscriptions do not wait for their poll. The runner must outlive it.
+  std::shared_ptr<WriterHook> writer_hook();
   /// Stops the threads after the batches in progress, and gives back held subscription leases.
   /// Idempotent.
   void close();

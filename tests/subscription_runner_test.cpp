@@ -11,6 +11,8 @@
 #include "outbox/lease_manager.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/subscription.hpp"
+#include "outbox/transaction.hpp"
+#include "outbox/writer.hpp"
 #include "tests/support/stream_fixture.hpp"
 
 namespace outbox {
@@ -320,6 +322,29 @@ TEST_P(SubscriptionRunnerTest, TwoProcessesShareTheSubscriptionsAndOneTakesOverF
   }
   b->close();
   b_leases->close();
+}
+
+TEST_P(SubscriptionRunnerTest, ACommitInThisProcessWakesASubscriptionThatWouldWaitAnHour) {
+  auto rec = std::make_shared<Recorder>();
+  SubscriptionRunner runner(
+      {.connection_provider = pool_,
+       .store = stream_,
+       .subscriptions = {{.spec = {"sleepy", {}, "log", ""},
+                          .publisher = rec,
+                          .schedule = {.poll_interval = std::chrono::hours(1)}}},
+       .sequencer_interval = std::chrono::hours(1)});
+  runner.start();
+  // Its first poll found nothing; from now on only a wake-up makes it read before an hour.
+  ASSERT_TRUE(wait_until([&] { return runner.views()[0].state.has_value(); }));
+  auto context = std::make_shared<ThreadLocalTxContext>();
+  TransactionManager tx(pool_, context);
+  OutboxWriter writer(context, store_, runner.writer_hook());
+  {
+    auto t = tx.begin();
+    writer.write(EventEnvelope::of_json(EventType::of("Woken"), "{}"));
+    t.commit();
+  }
+  ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 1; }));
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, SubscriptionRunnerTest, testing::all_engines(),

@@ -86,6 +86,8 @@ bool is_reserved_header(std::string_view name) {
   return true;
 }
 
+void on_error(rd_kafka_t*, int err, const char* reason, void* opaque);
+
 void on_log(const rd_kafka_t*, int level, const char* facility, const char* message) {
   const LogLevel mapped = level <= 3   ? LogLevel::Error
                           : level <= 4 ? LogLevel::Warning
@@ -101,6 +103,9 @@ struct KafkaPublisher::Impl {
   std::chrono::milliseconds delivery_timeout;
   std::atomic<bool> stopping{false};
   std::atomic<bool> cancelled{false};
+  // Set by librdkafka's error event, cleared by a probe; its own allocation, as the callback's
+  // opaque.
+  std::unique_ptr<std::atomic<bool>> all_brokers_down = std::make_unique<std::atomic<bool>>(false);
   std::thread poller;  // serves delivery reports and logs
 
   ~Impl() {
@@ -155,6 +160,8 @@ KafkaPublisher::KafkaPublisher(Options options) : impl_(std::make_unique<Impl>()
   }
   rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
   rd_kafka_conf_set_log_cb(conf, on_log);
+  rd_kafka_conf_set_error_cb(conf, on_error);
+  rd_kafka_conf_set_opaque(conf, impl_->all_brokers_down.get());
   impl_->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof err);
   if (impl_->producer == nullptr) {
     rd_kafka_conf_destroy(conf);
@@ -168,7 +175,35 @@ KafkaPublisher::KafkaPublisher(Options options) : impl_(std::make_unique<Impl>()
   });
 }
 
+namespace {
+
+void on_error(rd_kafka_t*, int err, const char* reason, void* opaque) {
+  if (err == RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN) {
+    *static_cast<std::atomic<bool>*>(opaque) = true;
+  }
+  log(LogLevel::Warning, std::string("kafka: ") +
+                             rd_kafka_err2str(static_cast<rd_kafka_resp_err_t>(err)) + ": " +
+                             reason);
+}
+
+}  // namespace
+
 KafkaPublisher::~KafkaPublisher() = default;
+
+bool KafkaPublisher::is_healthy() noexcept {
+  if (!*impl_->all_brokers_down) {
+    return true;
+  }
+  // Nothing tells librdkafka's callers that a broker is back: ask one for metadata.
+  const struct rd_kafka_metadata* metadata = nullptr;
+  if (rd_kafka_metadata(impl_->producer, 0, nullptr, &metadata, 1000) !=
+      RD_KAFKA_RESP_ERR_NO_ERROR) {
+    return false;
+  }
+  rd_kafka_metadata_destroy(metadata);
+  *impl_->all_brokers_down = false;
+  return true;
+}
 
 void KafkaPublisher::cancel() noexcept {
   impl_->cancelled = true;

@@ -48,6 +48,9 @@ class KafkaPublisher final : public Publisher {
   /// Purges queued and in-flight messages (their publish calls return at once) and refuses new
   /// ones.
   void cancel() noexcept override;
+  /// False after librdkafka reported every broker down, until a broker answers a metadata request
+  /// (sent by this call, at most 1 s).
+  bool is_healthy() noexcept override;
 
  private:
   struct Impl;

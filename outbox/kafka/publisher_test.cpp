@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "tests/support/kafka_mock.hpp"
+#include "tests/support/test_support.hpp"
 
 namespace outbox::kafka {
 namespace {
@@ -143,6 +144,21 @@ TEST(KafkaPublisher, EnvelopeHeadersCannotPassForOutboxHeaders) {
   EXPECT_EQ(messages[0].offset, 0);
   EXPECT_EQ(messages[0].headers.at(kHeaderEventId), ordinary.event_id());
   EXPECT_EQ(messages[0].headers.at("traceparent"), "00-abc-def-01");
+}
+
+TEST(KafkaPublisher, IsUnhealthyWhileEveryBrokerIsDownAndHealthyOnceOneIsBack) {
+  testing::KafkaMockCluster cluster(1);
+  cluster.create_topic("t", 1);
+  KafkaPublisher publisher({.brokers = cluster.bootstraps()});
+  const auto e = event("a", 0);
+  const PublishRequest request{&e, "t"};
+  ASSERT_TRUE(publisher.publish(std::span(&request, 1)).at(0).is_ok());
+  EXPECT_TRUE(publisher.is_healthy());
+  cluster.set_all_brokers_up(false);
+  EXPECT_TRUE(testing::wait_until([&] { return !publisher.is_healthy(); }));
+  cluster.set_all_brokers_up(true);
+  EXPECT_TRUE(testing::wait_until([&] { return publisher.is_healthy(); }));
+  EXPECT_TRUE(publisher.publish(std::span(&request, 1)).at(0).is_ok());
 }
 
 TEST(KafkaPublisher, NeverTimingOutIsRefused) {

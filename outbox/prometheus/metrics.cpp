@@ -113,6 +113,11 @@ struct PrometheusMetrics::Impl {
           .Name("outbox_subscription_status")
           .Help("1 for the subscription's current status (ACTIVE, PAUSED, FAILED), 0 for others")
           .Register(*registry);
+  pm::Family<pm::Counter>& statistics =
+      pm::BuildCounter()
+          .Name("outbox_statistics_events_total")
+          .Help("Events a statistics publisher counted, by event type")
+          .Register(*registry);
   pm::Gauge& holdback = pm::BuildGauge()
                             .Name("outbox_stream_holdback_seconds")
                             .Help(
@@ -209,6 +214,12 @@ void PrometheusMetrics::record_subscription(std::string_view name, std::string_v
     impl_->sub_status.Add({{"subscription", std::string(name)}, {"status", s}})
         .Set(status == s ? 1 : 0);
   }
+}
+void PrometheusMetrics::record_statistics(std::string_view publisher, std::string_view event_type,
+                                          std::int64_t n) {
+  impl_->statistics
+      .Add({{"publisher", std::string(publisher)}, {"event_type", std::string(event_type)}})
+      .Increment(static_cast<double>(n));
 }
 void PrometheusMetrics::record_stream_holdback(double seconds) {
   impl_->holdback.Set(seconds);

@@ -257,7 +257,8 @@ void read_subscriptions(TableReader& top, const std::string& source, RelayConfig
                                    : "subscriptions.publisher '" + sub.publisher +
                                          "' is not a [publishers.<name>] table");
     }
-    if (sub.target.empty() && publisher->type != PublisherConfig::Type::Log) {
+    if (sub.target.empty() && publisher->type != PublisherConfig::Type::Log &&
+        publisher->type != PublisherConfig::Type::Statistics) {
       r.fail("subscriptions.target (topic or URL) is required for publisher '" + sub.publisher +
              "'");
     }
@@ -309,9 +310,12 @@ PublisherConfig read_publisher(const std::string& name, const toml::table& table
   } else if (*type == "log") {
     p.type = PublisherConfig::Type::Log;
     r.string("path", p.path);
+  } else if (*type == "statistics") {
+    p.type = PublisherConfig::Type::Statistics;
+    r.duration("log_interval", p.log_interval, seconds(1), days(1));
   } else {
-    r.fail(*r.get("type"),
-           "publishers." + name + ".type '" + *type + "' is not one of kafka, http, log");
+    r.fail(*r.get("type"), "publishers." + name + ".type '" + *type +
+                               "' is not one of kafka, http, log, statistics");
   }
   r.finish();
   return p;
@@ -422,6 +426,15 @@ RelayConfig read(const toml::table& root, const std::string& source) {
   stream.finish();
 
   read_subscriptions(top, source, c);
+  if (!c.subscriptions.empty() && !c.poller.owner.empty()) {
+    try {
+      validate_lease_name(c.poller.owner);
+    } catch (const std::invalid_argument&) {
+      poller.fail(*poller.get("owner"),
+                  "poller.owner must be printable ASCII without spaces with [[subscriptions]] (it "
+                  "is the owner of their leases)");
+    }
+  }
   const toml::node* routes = top.get("routes");
   if ((routes == nullptr && c.subscriptions.empty()) ||
       (routes != nullptr && (!routes->is_array_of_tables() || routes->as_array()->empty()))) {
@@ -449,7 +462,8 @@ RelayConfig read(const toml::table& root, const std::string& source) {
                  ? "routes.publisher is required"
                  : "routes.publisher '" + route.publisher + "' is not a [publishers.<name>] table");
     }
-    if (route.target.empty() && publisher->type != PublisherConfig::Type::Log) {
+    if (route.target.empty() && publisher->type != PublisherConfig::Type::Log &&
+        publisher->type != PublisherConfig::Type::Statistics) {
       r.fail("routes.target (topic or URL) is required for publisher '" + route.publisher + "'");
     }
     if (auto problem = template_problem(route.target)) {

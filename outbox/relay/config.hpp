@@ -21,7 +21,7 @@ class ConfigError : public std::invalid_argument {
 
 /// One [publishers.<name>] table. Fields not used by its type keep their defaults.
 struct PublisherConfig {
-  enum class Type { Kafka, Http, Log };
+  enum class Type { Kafka, Http, Log, Statistics };
   std::string name;
   Type type = Type::Log;
   // kafka
@@ -39,6 +39,8 @@ struct PublisherConfig {
   std::map<std::string, std::string> headers;  ///< [publishers.<name>.headers]
   // log
   std::string path;  ///< empty: standard output
+  // statistics
+  std::chrono::milliseconds log_interval{60000};
 };
 
 /// One [[routes]] entry: the first route matching an event decides where it goes.

@@ -134,9 +134,84 @@ TEST(RelayConfig, ErrorsNameTheLine) {
       "1:1:", "relay.lease_renew (5s) must be at most 0.4 × relay.lease_ttl (10s)");
   expect_error(head + route + "[poller]\nowner = \"relay a\"\n[relay]\nmode = \"standby\"\n",
                "8:", "poller.owner must be printable ASCII without spaces in standby mode");
-  expect_error(head, "1:1:", "[[routes]]");
+  expect_error(head, "1:1:", "[[routes]] or [[subscriptions]]");
+  const std::string sub = "[[subscriptions]]\nname = \"s\"\npublisher = \"p\"\n";
+  expect_error(head + sub + sub, "8:", "subscriptions.name 's' is defined twice");
+  expect_error(head + "[[subscriptions]]\nname = \"a b\"\npublisher = \"p\"\n",
+               "5:", "printable ASCII");
+  expect_error(head + "[[subscriptions]]\nname = \"s\"\npublisher = \"q\"\n",
+               "5:", "'q' is not a [publishers");
+  expect_error(head + sub + "required_tags = [\"=v\"]\n", "5:", "has no tag name");
+  expect_error(head + sub + "event_types = [1]\n", "8:", "must hold strings only");
+  expect_error(head + sub + "start = \"middle\"\n", "8:", "\"beginning\" or \"end\"");
+  expect_error(head + sub + "batch = 0\n", "8:", "between 1 and 10000");
+  expect_error(head + sub + "[poller]\nowner = \"relay a\"\n", "9:", "with [[subscriptions]]");
+  expect_error(head + "[publishers.k]\ntype = \"kafka\"\nbrokers = \"b:1\"\n" +
+                   "[[subscriptions]]\nname = \"s\"\npublisher = \"k\"\n",
+               "8:", "subscriptions.target (topic or URL) is required");
+  expect_error(head + sub + "[stream]\nmax_lag_retention = \"forever\"\n", "9:", "not a duration");
   expect_error("[publishers.p]\ntype = \"log\"\n" + route, "1:1:", "database.url is required");
   EXPECT_THROW(load_config("/nonexistent/relay.toml"), ConfigError);
+}
+
+TEST(RelayConfig, SubscriptionsWithoutRoutesAndTheirDefaults) {
+  const auto c = parse_config(R"(
+[database]
+url = "sqlite:///x.db"
+[publishers.stats]
+type = "statistics"
+log_interval = "10s"
+[publishers.hooks]
+type = "http"
+[stream]
+max_lag_retention = "2d"
+fail_lagging = true
+[[subscriptions]]
+name = "wallets"
+publisher = "hooks"
+target = "http://127.0.0.1:1/{event_type}"
+event_types = "Wallet*"
+required_tags = ["wallet_id", "currency=EUR"]
+any_of_tags = ["a", "b"]
+start = "end"
+interval = "1s"
+batch = 500
+backoff_threshold = 5
+backoff_multiplier = 3
+backoff_max = "2m"
+max_errors = 0
+retry_base = "50ms"
+retry_max = "5s"
+[[subscriptions]]
+name = "all"
+publisher = "stats"
+)");
+  EXPECT_TRUE(c.routes.empty());
+  ASSERT_EQ(c.subscriptions.size(), 2u);
+  const auto& w = c.subscriptions[0];
+  EXPECT_EQ(w.name, "wallets");
+  EXPECT_EQ(w.event_types, (std::vector<std::string>{"Wallet*"}));
+  EXPECT_EQ(w.required_tags, (std::vector<std::string>{"wallet_id", "currency=EUR"}));
+  EXPECT_EQ(w.any_of_tags, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(w.start_at_end);
+  EXPECT_EQ(w.interval, 1s);
+  EXPECT_EQ(w.batch, 500);
+  EXPECT_EQ(w.backoff_threshold, 5);
+  EXPECT_EQ(w.backoff_multiplier, 3);
+  EXPECT_EQ(w.backoff_max, 2min);
+  EXPECT_EQ(w.max_errors, 0);
+  EXPECT_EQ(w.retry_base, 50ms);
+  EXPECT_EQ(w.retry_max, 5s);
+  const auto& a = c.subscriptions[1];
+  EXPECT_FALSE(a.start_at_end);
+  EXPECT_EQ(a.interval, 500ms);
+  EXPECT_EQ(a.batch, 100);
+  EXPECT_EQ(a.max_errors, 10);
+  EXPECT_TRUE(a.event_types.empty());
+  EXPECT_EQ(c.stream.max_lag_retention, std::chrono::hours(48));
+  EXPECT_TRUE(c.stream.fail_lagging);
+  EXPECT_EQ(c.publishers[1].type, PublisherConfig::Type::Statistics);
+  EXPECT_EQ(c.publishers[1].log_interval, 10s);
 }
 
 TEST(RelayConfig, ShippedExampleIsValid) {

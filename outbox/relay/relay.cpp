@@ -22,6 +22,7 @@
 #include "outbox/relay/log_publisher.hpp"
 #include "outbox/relay/operations.hpp"
 #include "outbox/relay/router.hpp"
+#include "outbox/relay/statistics_publisher.hpp"
 #include "outbox/relay/stream_mode.hpp"
 #include "outbox/retry_policy.hpp"
 #include "outbox/sql/sql_store.hpp"
@@ -30,7 +31,8 @@
 namespace outbox::relay {
 namespace {
 
-std::shared_ptr<Publisher> make_publisher(const PublisherConfig& p) {
+std::shared_ptr<Publisher> make_publisher(const PublisherConfig& p,
+                                          std::shared_ptr<prometheus::PrometheusMetrics> metrics) {
   switch (p.type) {
     case PublisherConfig::Type::Kafka:
       return std::make_shared<kafka::KafkaPublisher>(
@@ -50,6 +52,8 @@ std::shared_ptr<Publisher> make_publisher(const PublisherConfig& p) {
     }
     case PublisherConfig::Type::Log:
       return std::make_shared<LogPublisher>(p.path);
+    case PublisherConfig::Type::Statistics:
+      return std::make_shared<StatisticsPublisher>(p.name, p.log_interval, std::move(metrics));
   }
   throw std::invalid_argument("unknown publisher type");
 }
@@ -323,7 +327,7 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
   }
   for (const auto& p : c.publishers) {
     try {
-      impl_->publishers[p.name] = make_publisher(p);
+      impl_->publishers[p.name] = make_publisher(p, impl_->metrics);
     } catch (const std::invalid_argument& e) {
       throw ConfigError("publishers." + p.name + ": " + e.what());
     }

@@ -15,7 +15,7 @@ namespace outbox::testing {
 /// A mock Kafka cluster listening on loopback (reachable from other processes too).
 class KafkaMockCluster {
  public:
-  explicit KafkaMockCluster(int brokers = 3) {
+  explicit KafkaMockCluster(int brokers = 3) : brokers_(brokers) {
     char err[256];
     rd_kafka_conf_t* conf = rd_kafka_conf_new();
     rd_kafka_conf_set(conf, "log_level", "3", err, sizeof err);
@@ -42,8 +42,15 @@ class KafkaMockCluster {
       throw std::runtime_error("rd_kafka_mock_topic_create failed for " + topic);
     }
   }
+  /// Takes every broker down (connections closed and refused) or brings them back.
+  void set_all_brokers_up(bool up) {
+    for (int id = 1; id <= brokers_; ++id) {
+      up ? rd_kafka_mock_broker_set_up(cluster_, id) : rd_kafka_mock_broker_set_down(cluster_, id);
+    }
+  }
 
  private:
+  int brokers_;
   rd_kafka_t* handle_ = nullptr;
   rd_kafka_mock_cluster_t* cluster_ = nullptr;
 };
