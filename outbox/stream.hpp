@@ -99,6 +99,9 @@ struct SubscriptionState {
   Timestamp created_at;
   Timestamp updated_at;
   std::optional<Timestamp> last_delivered_at;
+  /// When it stopped keeping its unread rows from purge (release_retention); nullopt: it keeps
+  /// them, whatever its status.
+  std::optional<Timestamp> released_at;
 };
 
 /// Checks a subscription name. Throws std::invalid_argument.
@@ -155,14 +158,18 @@ class StreamStore {
                                                          std::string_view name,
                                                          std::string_view error, int max_errors,
                                                          const LeaseToken* token) = 0;
-  /// Sets the status when it is one of `from`; to ACTIVE also clears the error count and the last
-  /// error. True when changed.
+  /// Sets the status when it is one of `from`; to ACTIVE also clears the error count, the last
+  /// error and released_at. True when changed.
   virtual bool set_status(sql::Connection& conn, std::string_view name, SubscriptionStatus to,
                           std::vector<SubscriptionStatus> from) = 0;
   /// Moves the cursor to `to` (back or forward) and clears errors. True when the subscription
   /// exists.
   virtual bool rewind(sql::Connection& conn, std::string_view name, StreamPosition to) = 0;
-  /// The lowest cursor of the ACTIVE and PAUSED subscriptions; nullopt when there are none.
+  /// Makes it FAILED with `reason` and lets purges delete the rows it has not read (every other
+  /// subscription, whatever its status, keeps them). True when it exists.
+  virtual bool release_retention(sql::Connection& conn, std::string_view name,
+                                 std::string_view reason) = 0;
+  /// The lowest cursor of the subscriptions that keep their rows; nullopt when there are none.
   virtual std::optional<StreamPosition> retained_from(sql::Connection& conn) = 0;
 };
 

@@ -118,6 +118,10 @@ class SubscriptionRunner::Worker {
         return s.poll_interval;
       }
     }
+    if (auto refusal = runner_.stream_refusal(); !refusal.empty()) {
+      waiting = refusal;
+      return s.poll_interval;
+    }
     auto conn = opts.connection_provider->acquire();
     auto state = opts.store->find(*conn, sub_.spec.name);
     set_state(state);
@@ -169,11 +173,15 @@ class SubscriptionRunner::Worker {
     std::optional<milliseconds> retry_after;
     if (!requests.empty()) {
       const auto results = sub_.publisher->publish(requests);
-      for (std::size_t r = 0; r < results.size() && r < requests.size(); ++r) {
-        if (!results[r].is_ok() && (!failure || index[r] < failure->first)) {
-          failure = {index[r], "event " + events[index[r]].row.event_id + ": " +
-                                   (results[r].reason.empty() ? "failed" : results[r].reason)};
-          retry_after = results[r].retry_after;
+      // A request without a result is not delivered.
+      for (std::size_t r = 0; r < requests.size(); ++r) {
+        const bool ok = r < results.size() && results[r].is_ok();
+        if (!ok && (!failure || index[r] < failure->first)) {
+          const std::string reason = r >= results.size() ? "the publisher returned no result"
+                                     : results[r].reason.empty() ? "failed"
+                                                                 : results[r].reason;
+          failure = {index[r], "event " + events[index[r]].row.event_id + ": " + reason};
+          retry_after = r < results.size() ? results[r].retry_after : std::nullopt;
           break;
         }
       }
@@ -231,6 +239,7 @@ class SubscriptionRunner::Worker {
 };
 
 struct SubscriptionRunner::Background {
+  std::unique_ptr<internal::PeriodicWorker> checker;
   std::unique_ptr<internal::PeriodicWorker> balancer;
   std::unique_ptr<internal::PeriodicWorker> sequencer;
   std::mutex mutex_;  // guards started, closed
@@ -309,6 +318,9 @@ void SubscriptionRunner::start() {
       }
     }
   }
+  background_->checker = std::make_unique<internal::PeriodicWorker>(
+      "stream check", [this] { check_stream(); }, [] { return std::chrono::seconds(5); });
+  background_->checker->start();
   if (options_.store->needs_sequencer()) {
     if (options_.leases) {
       options_.leases->keep(kSequencerLease);
@@ -358,6 +370,9 @@ void SubscriptionRunner::close() {
     }
     background_->closed = true;
   }
+  if (background_->checker) {
+    background_->checker->close();
+  }
   if (background_->balancer) {
     background_->balancer->close();
   }
@@ -370,7 +385,19 @@ void SubscriptionRunner::close() {
   if (!options_.leases) {
     return;
   }
-  // Handed back at once, so another process need not wait for the ttl.
+  // Handed back at once, so another process need not wait for the ttl; the manager may live on
+  // (standby mode shares it), so the presence and sequencer leases are given back too.
+  std::vector<std::string> names = {std::string(kMemberPrefix) + options_.leases->owner()};
+  if (options_.store->needs_sequencer()) {
+    names.emplace_back(kSequencerLease);
+  }
+  for (const auto& name : names) {
+    try {
+      options_.leases->release(name);
+    } catch (const std::exception& e) {
+      log(LogLevel::Warning, "releasing lease '" + name + "' failed: " + e.what());
+    }
+  }
   for (auto& w : workers_) {
     try {
       if (w->held()) {
@@ -426,6 +453,31 @@ void SubscriptionRunner::balance() {
   } catch (const std::exception& e) {
     log(LogLevel::Warning, std::string("subscription balancer: ") + e.what());
   }
+}
+
+// A database restored under the relay (PostgreSQL) is refused while running too, not only at start:
+// rows written since would sort before the cursors.
+void SubscriptionRunner::check_stream() {
+  std::string refusal;
+  try {
+    auto conn = options_.connection_provider->acquire();
+    options_.store->check(*conn);
+  } catch (const StreamError& e) {
+    refusal = std::string("stream refused: ") + e.what();
+  } catch (const std::exception& e) {
+    log(LogLevel::Warning, std::string("stream check: ") + e.what());
+    return;
+  }
+  std::lock_guard lock(refusal_mutex_);
+  if (refusal != refusal_ && !refusal.empty()) {
+    log(LogLevel::Error, "subscriptions stopped: " + refusal);
+  }
+  refusal_ = std::move(refusal);
+}
+
+std::string SubscriptionRunner::stream_refusal() const {
+  std::lock_guard lock(refusal_mutex_);
+  return refusal_;
 }
 
 void SubscriptionRunner::sequence() {

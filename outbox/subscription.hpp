@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -85,7 +86,8 @@ class SubscriptionRunner {
   SubscriptionRunner& operator=(const SubscriptionRunner&) = delete;
 
   /// Creates or updates the configured subscriptions and starts one thread per subscription
-  /// (and the sequencer's). Throws StoreError, StreamError (see StreamStore::check).
+  /// (and the sequencer's). Throws StoreError, StreamError (see StreamStore::check). The check is
+  /// made again every 5 s: while it fails, no subscription reads (their views say why).
   void start();
   /// Ends every idle wait now: new events were committed.
   void wake();
@@ -102,10 +104,15 @@ class SubscriptionRunner {
   class Worker;
   void balance();
   void sequence();
+  void check_stream();
+  /// Why the stream may not be read now (StreamStore::check refused it); empty when it may.
+  std::string stream_refusal() const;
 
   Options options_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::chrono::milliseconds sequencer_wait_{0};  // the sequencer thread's own
+  mutable std::mutex refusal_mutex_;             // guards refusal_
+  std::string refusal_;
   struct Background;
   std::unique_ptr<Background> background_;  // last: stopped first
 };

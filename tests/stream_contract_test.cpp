@@ -197,15 +197,28 @@ TEST_P(StreamContract, TheSubscriptionTableWritesOnlyWhatItsConditionsAllow) {
   EXPECT_EQ(st->error_count, 0);
   EXPECT_FALSE(st->last_error);
 
-  // Retention follows the lowest live cursor; a FAILED subscription holds nothing.
+  // Retention follows the lowest cursor, whatever the status, until a subscription is released.
   ASSERT_TRUE(stream_->create(*conn, {"audit", {}, "log", ""}, {0, 2}));
   EXPECT_EQ(stream_->retained_from(*conn), (StreamPosition{0, 2}));
   EXPECT_TRUE(stream_->set_status(*conn, "audit", SubscriptionStatus::Paused,
                                   {SubscriptionStatus::Active}));
   EXPECT_EQ(stream_->retained_from(*conn), (StreamPosition{0, 2}));
-  stream_->record_error(*conn, "audit", "x", 1, nullptr);
-  EXPECT_EQ(stream_->find(*conn, "audit")->status, SubscriptionStatus::Failed);
+  // A PAUSED subscription stays paused however its errors count.
+  EXPECT_EQ(stream_->record_error(*conn, "audit", "x", 1, nullptr), SubscriptionStatus::Paused);
+  EXPECT_TRUE(stream_->set_status(*conn, "audit", SubscriptionStatus::Active,
+                                  {SubscriptionStatus::Paused}));
+  EXPECT_EQ(stream_->record_error(*conn, "audit", "x", 1, nullptr), SubscriptionStatus::Failed);
+  EXPECT_EQ(stream_->retained_from(*conn), (StreamPosition{0, 2}));
+  EXPECT_TRUE(stream_->release_retention(*conn, "audit", "lagging"));
+  st = stream_->find(*conn, "audit");
+  EXPECT_EQ(st->status, SubscriptionStatus::Failed);
+  EXPECT_TRUE(st->released_at);
   EXPECT_EQ(stream_->retained_from(*conn), (StreamPosition{0, 6}));
+  EXPECT_TRUE(stream_->set_status(*conn, "audit", SubscriptionStatus::Active,
+                                  {SubscriptionStatus::Failed}));
+  EXPECT_FALSE(stream_->find(*conn, "audit")->released_at);
+  EXPECT_EQ(stream_->retained_from(*conn), (StreamPosition{0, 2}));
+  EXPECT_TRUE(stream_->release_retention(*conn, "audit", "lagging"));
 
   EXPECT_TRUE(stream_->rewind(*conn, "kafka-wallets", {}));
   EXPECT_EQ(stream_->find(*conn, "kafka-wallets")->cursor, StreamPosition{});
@@ -248,7 +261,8 @@ TEST_P(StreamContract, MigrationNumbersTheRowsOfAnOlderTableOldestFirst) {
                     "DROP COLUMN tags");
     } else {
       conn->execute("ALTER TABLE " + old + " DROP INDEX " + derived_name(old, "_stream") +
-                    ", DROP COLUMN stream_seq, DROP COLUMN tags");
+                    ", DROP INDEX " + derived_name(old, "_stream_id") +
+                    ", DROP COLUMN stream_seq, DROP COLUMN stream_id, DROP COLUMN tags");
     }
   }
   conn->execute(
@@ -309,18 +323,22 @@ TEST_P(StreamContract, PostgresRefusesARestoredStreamUntilRebased) {
                 " SET stream_xid = (stream_xid::text::bigint + 1000000)::text::xid8");
   conn->execute("UPDATE " + sql::subscription_table_name(table_) +
                 " SET cursor_xid = cursor_xid + 1000000");
+  // Written after the restore, before anyone noticed: a small id, below every cursor.
+  store_->insert_new(*conn, event("after-restore"));
   try {
     stream_->check(*conn);
     FAIL() << "check() accepted ids from the future";
   } catch (const StreamError& e) {
     EXPECT_NE(std::string(e.what()).find("outbox stream rebase"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(stream_->rebase(*conn), 4);
+  EXPECT_EQ(stream_->rebase(*conn), 5);
   EXPECT_NO_THROW(stream_->check(*conn));
-  // The reader resumes at its first unread event; new events come after the old ones.
+  // The reader resumes at its first unread event; nothing written since the restore is lost, and
+  // new events come after the old ones.
   store_->insert_new(*conn, event("after-rebase"));
   auto from = stream_->find(*conn, "reader")->cursor;
-  EXPECT_EQ(ids(read_all(from)), (std::vector<std::string>{"r-2", "r-3", "after-rebase"}));
+  EXPECT_EQ(ids(read_all(from)),
+            (std::vector<std::string>{"r-2", "r-3", "after-restore", "after-rebase"}));
 }
 
 TEST_P(StreamContract, ConcurrentSequencersNeverNumberARowTwice) {
@@ -360,6 +378,78 @@ TEST_P(StreamContract, ConcurrentSequencersNeverNumberARowTwice) {
   EXPECT_EQ(seqs.size(), 400u);
 }
 
+TEST_P(StreamContract, OneTransactionsEventsKeepTheirWriteOrderWhateverTheirTimesAndIds) {
+  const auto t = std::chrono::system_clock::now();
+  auto make = [&](const std::string& id, std::chrono::seconds offset) {
+    return EventEnvelope::builder(EventType::of("Step"))
+        .event_id(id)
+        .occurred_at(t + offset)
+        .payload_json("{}")
+        .build();
+  };
+  auto conn = pool_->acquire();
+  conn->begin();
+  store_->insert_new(*conn, make("zz-created", 0s));
+  store_->insert_new(*conn, make("mm-line", 0s));
+  store_->insert_new(*conn, make("aa-confirmed", -5s));
+  store_->insert_batch(*conn, {make("b-3", 9s), make("b-2", 0s), make("b-1", -9s)});
+  conn->commit();
+  StreamPosition cursor;
+  EXPECT_EQ(ids(read_all(cursor)), (std::vector<std::string>{"zz-created", "mm-line",
+                                                             "aa-confirmed", "b-3", "b-2", "b-1"}));
+}
+
+TEST_P(StreamContract, ARowNumberedByItsWriterDoesNotHideTheRowsAfterIt) {
+  if (!stream_->needs_sequencer()) {
+    GTEST_SKIP() << "not on " << testing::display_name(GetParam().name)
+                 << ": positions are given at insert and cannot be chosen";
+  }
+  auto conn = pool_->acquire();
+  store_->insert_new(*conn, event("e1"));
+  StreamPosition cursor;
+  read_all(cursor);
+  conn->execute("INSERT INTO " + table_ +
+                " (event_id, event_type, payload, status, available_at, created_at, stream_seq) "
+                "VALUES ('foreign', 'X', '{}', 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), 100)");
+  EXPECT_EQ(ids(read_all(cursor)), (std::vector<std::string>{"foreign"}));
+  store_->insert_new(*conn, event("e2"));
+  EXPECT_EQ(ids(read_all(cursor)), (std::vector<std::string>{"e2"}));
+}
+
+TEST_P(StreamContract, SqliteMigrationKeepsWhatTheApplicationAddedToTheTable) {
+  if (!engine_is("sqlite")) {
+    GTEST_SKIP() << "not on " << testing::display_name(GetParam().name)
+                 << ": the table is altered in place, not copied";
+  }
+  const std::string old = "app_table";
+  auto conn = pool_->acquire();
+  conn->execute("CREATE TABLE " + old +
+                " (event_id TEXT PRIMARY KEY NOT NULL, event_type TEXT NOT NULL, "
+                "aggregate_type TEXT, aggregate_id TEXT, tenant_id TEXT, payload BLOB NOT NULL, "
+                "headers TEXT, status INTEGER NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, "
+                "available_at INTEGER NOT NULL, created_at INTEGER NOT NULL, done_at INTEGER, "
+                "last_error TEXT, locked_by TEXT, locked_at INTEGER, "
+                "trace_id TEXT NOT NULL DEFAULT 'none')");
+  conn->execute("CREATE INDEX app_table_trace ON " + old + " (trace_id)");
+  conn->execute("CREATE TABLE audit (n INTEGER)");
+  conn->execute("CREATE TRIGGER app_table_audit AFTER INSERT ON " + old +
+                " BEGIN INSERT INTO audit VALUES (1); END");
+  conn->execute("INSERT INTO " + old +
+                " (event_id, event_type, payload, status, available_at, created_at, trace_id) "
+                "VALUES ('e1', 'T', '{}', 0, 1, 1, 'abc')");
+  migrate(*conn, old);
+  EXPECT_EQ(conn->query("SELECT trace_id FROM " + old + " WHERE event_id = 'e1'")[0].get_text(0),
+            "abc");
+  EXPECT_EQ(conn->query("SELECT count(*) FROM sqlite_master WHERE name IN ('app_table_trace', "
+                        "'app_table_audit')")[0]
+                .get_int(0),
+            2);
+  detect_store(*conn, old)->insert_new(*conn, event("e2"));
+  EXPECT_EQ(conn->query("SELECT count(*) FROM audit")[0].get_int(0), 2);
+  EXPECT_EQ(conn->query("SELECT trace_id FROM " + old + " WHERE event_id = 'e2'")[0].get_text(0),
+            "none");
+}
+
 TEST_P(StreamContract, PurgeKeepsWhatALiveSubscriptionHasNotRead) {
   auto conn = pool_->acquire();
   const auto now = std::chrono::system_clock::now();
@@ -391,8 +481,13 @@ TEST_P(StreamContract, PurgeKeepsWhatALiveSubscriptionHasNotRead) {
             0);
   ASSERT_TRUE(stream_->rewind(*conn, "slow", all[3].position));
   EXPECT_EQ(purger->purge(*conn, now + 1h, 100), 2);  // p2, p3
-  // A FAILED subscription holds nothing back.
-  stream_->record_error(*conn, "slow", "gave up", 1, nullptr);
+  // A FAILED one keeps them too (a broken endpoint must not cost its events); a released one not.
+  ASSERT_TRUE(
+      stream_->set_status(*conn, "slow", SubscriptionStatus::Active, {SubscriptionStatus::Paused}));
+  EXPECT_EQ(stream_->record_error(*conn, "slow", "gave up", 1, nullptr),
+            SubscriptionStatus::Failed);
+  EXPECT_EQ(purger->purge(*conn, now + 1h, 100), 0);
+  ASSERT_TRUE(stream_->release_retention(*conn, "slow", "lagging"));
   EXPECT_EQ(purger->purge(*conn, now + 1h, 100), 3);  // p4, p5, late
   EXPECT_EQ(AgePurger(engine_for(conn->dialect()).dialect(), table_).purge(*conn, now + 1h, 100),
             1);  // never-done

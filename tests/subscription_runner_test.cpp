@@ -347,6 +347,81 @@ TEST_P(SubscriptionRunnerTest, ACommitInThisProcessWakesASubscriptionThatWouldWa
   ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 1; }));
 }
 
+// Returns one result fewer than it was given requests.
+class ShortPublisher final : public Publisher {
+ public:
+  std::vector<PublishResult> publish(std::span<const PublishRequest> batch) override {
+    return std::vector<PublishResult>(batch.empty() ? 0 : batch.size() - 1, PublishResult::ok());
+  }
+};
+
+TEST_P(SubscriptionRunnerTest, AnEventThePublisherGaveNoResultForIsNotPassed) {
+  write("a");
+  write("b");
+  SubscriptionRunner runner({.connection_provider = pool_,
+                             .store = stream_,
+                             .subscriptions = {{.spec = {"short", {}, "log", ""},
+                                                .publisher = std::make_shared<ShortPublisher>(),
+                                                .schedule = fast()}},
+                             .sequencer_interval = 5ms});
+  runner.start();
+  ASSERT_TRUE(wait_until([&] {
+    return stream_->find(*pool_->acquire(), "short")->status == SubscriptionStatus::Failed;
+  }));
+  const auto st = stream_->find(*pool_->acquire(), "short");
+  StreamPosition from;
+  const auto all = read_all(from);
+  EXPECT_EQ(st->cursor, all[0].position);  // "a" had its result, "b" none
+  EXPECT_NE(st->last_error->find("no result"), std::string::npos) << *st->last_error;
+}
+
+TEST_P(SubscriptionRunnerTest, ClosingTheRunnerGivesBackEveryLeaseItKept) {
+  auto leases = std::make_shared<LeaseManager>(LeaseManager::Options{.connection_provider = pool_,
+                                                                     .store = leases_,
+                                                                     .owner = "node-a",
+                                                                     .ttl = 30s,
+                                                                     .renew_interval = 1s});
+  leases->start();
+  auto r = runner({{{"s", {}, "log", ""}, std::make_shared<Recorder>()}}, leases);
+  auto live = [&](const std::string& name) {
+    const auto info = leases_->find(*pool_->acquire(), name);
+    return info && info->live;
+  };
+  ASSERT_TRUE(wait_until([&] { return live("sub:s") && live("member:node-a"); }));
+  if (stream_->needs_sequencer()) {
+    ASSERT_TRUE(wait_until([&] { return live("stream:sequencer"); }));
+  }
+  r->close();
+  // The manager lives on (standby mode shares it): nothing of the runner's may stay held.
+  EXPECT_FALSE(live("sub:s"));
+  EXPECT_FALSE(live("member:node-a"));
+  EXPECT_FALSE(live("stream:sequencer"));
+  leases->close();
+}
+
+TEST_P(SubscriptionRunnerTest, ARestoredPostgresDatabaseStopsRunningSubscriptionsUntilRebased) {
+  if (!engine_is("postgres")) {
+    GTEST_SKIP() << "not on " << testing::display_name(GetParam().name)
+                 << ": only PostgreSQL positions hold transaction ids";
+  }
+  auto rec = std::make_shared<Recorder>();
+  write("before");
+  auto r = runner({{{"s", {}, "log", ""}, rec}});
+  ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 1; }));
+  // The database is swapped under the runner for a restored one.
+  pool_->acquire()->execute("UPDATE " + table_ +
+                            " SET stream_xid = (stream_xid::text::bigint + 1000000)::text::xid8");
+  pool_->acquire()->execute("UPDATE " + sql::subscription_table_name(table_) +
+                            " SET cursor_xid = cursor_xid + 1000000");
+  write("after-restore");
+  ASSERT_TRUE(wait_until(
+      [&] { return r->views()[0].waiting.find("stream refused") != std::string::npos; }));
+  EXPECT_EQ(rec->ids().size(), 1u);
+  stream_->rebase(*pool_->acquire());
+  ASSERT_TRUE(wait_until([&] { return rec->ids().size() >= 2; }));
+  EXPECT_EQ(rec->ids().back(), "after-restore");
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, SubscriptionRunnerTest, testing::all_engines(),
                          testing::engine_name);
 

@@ -108,7 +108,14 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                "locked_by VARCHAR(128) NULL, "
                "locked_at DATETIME(6) NULL, "
                "tags JSON NULL, "
-               "stream_seq BIGINT NULL, "  // schema version 4: see mysql/stream.hpp
+               // Schema version 4 (see mysql/stream.hpp): the stream position, and the insert
+               // order the sequencer numbers committed rows in.
+               "stream_seq BIGINT NULL, "
+               "stream_id BIGINT NOT NULL AUTO_INCREMENT, "
+               "UNIQUE INDEX " +
+               derived_name(table, "_stream_id") +
+               " (stream_id), "
+
                "pending_at DATETIME(6) AS (IF(" +
                sql::pending_statuses() +
                ", created_at, NULL)) STORED, "
@@ -119,7 +126,7 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                derived_name(table, "_pending") + " (pending_at, event_id), INDEX " +
                derived_name(table, "_terminal") + " (terminal_at), INDEX " +
                derived_name(table, "_created") + " (created_at), INDEX " +
-               derived_name(table, "_stream") + " (stream_seq, created_at, event_id), CONSTRAINT " +
+               derived_name(table, "_stream") + " (stream_seq, stream_id), CONSTRAINT " +
                derived_name(table, "_one_payload") +
                " CHECK ((payload IS NULL) <> (payload_bytes IS NULL))"
                ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin");

@@ -1,5 +1,7 @@
 #include "outbox/mysql/stream.hpp"
 
+#include <algorithm>
+
 #include "outbox/errors.hpp"
 #include "outbox/mysql/store.hpp"
 #include "outbox/sql/connection.hpp"
@@ -15,12 +17,16 @@ std::string head_table_name(const std::string& table) {
 
 void create_stream_schema(sql::Connection& conn, const std::string& table) {
   validate_table_name(table);
-  // NULL until the sequencer numbers the row; the index holds those rows first, oldest first, for
-  // the sequencer, and the numbered ones in stream order for readers.
+  // stream_seq is NULL until the sequencer numbers the row, in stream_id (insert) order: one
+  // transaction's events keep their write order whatever their occurred_at. The index holds the
+  // rows to number first, in that order, and the numbered ones in stream order for readers.
   conn.execute("ALTER TABLE " + table +
                " ADD COLUMN IF NOT EXISTS tags JSON NULL, "
-               "ADD COLUMN IF NOT EXISTS stream_seq BIGINT NULL, ADD INDEX IF NOT EXISTS " +
-               derived_name(table, "_stream") + " (stream_seq, created_at, event_id)");
+               "ADD COLUMN IF NOT EXISTS stream_seq BIGINT NULL, "
+               "ADD COLUMN IF NOT EXISTS stream_id BIGINT NOT NULL AUTO_INCREMENT, "
+               "ADD UNIQUE INDEX IF NOT EXISTS " +
+               derived_name(table, "_stream_id") + " (stream_id), ADD INDEX IF NOT EXISTS " +
+               derived_name(table, "_stream") + " (stream_seq, stream_id)");
   conn.execute("CREATE TABLE IF NOT EXISTS " + head_table_name(table) +
                " (id TINYINT NOT NULL PRIMARY KEY, next_seq BIGINT NOT NULL) ENGINE=InnoDB");
   conn.execute("INSERT IGNORE INTO " + head_table_name(table) + " (id, next_seq) VALUES (1, 1)");
@@ -34,7 +40,7 @@ void create_stream_schema(sql::Connection& conn, const std::string& table) {
                "delivered BIGINT NOT NULL DEFAULT 0, "
                "created_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), "
                "updated_at DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), "
-               "last_delivered_at DATETIME(6) NULL"
+               "last_delivered_at DATETIME(6) NULL, released_at DATETIME(6) NULL"
                ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin");
 }
 
@@ -53,10 +59,14 @@ int MySqlStreamStore::sequence(sql::Connection& conn, int limit) {
       throw StoreError("mysql: the stream head row of " + table() +
                        " is missing (run `outbox migrate`)");
     }
-    const std::int64_t next = head[0].get_int(0);
+    // Past any number a writer set itself (nothing stops an INSERT naming stream_seq): a reader
+    // that read that row must still see every row numbered after it.
+    const auto top = conn.query("SELECT MAX(stream_seq) FROM " + table());
+    const std::int64_t next =
+        std::max(head[0].get_int(0), top[0].get_optional_int(0).value_or(0) + 1);
     auto read = statement();
     read.sql("SELECT event_id FROM " + table() +
-             " WHERE stream_seq IS NULL ORDER BY created_at, event_id LIMIT ")
+             " WHERE stream_seq IS NULL ORDER BY stream_id LIMIT ")
         .param(std::int64_t{limit});
     const auto rows = read.query(conn);
     if (rows.empty()) {

@@ -21,7 +21,8 @@ class MySqlStreamStore final : public sql::SqlStreamStore {
 
   bool needs_sequencer() const override { return true; }
   /// One READ COMMITTED transaction: locks the head row (sequencers take turns), reads committed
-  /// rows without a number (oldest first), numbers them from the head and moves the head.
+  /// rows without a number in insert order (stream_id), numbers them from the head (or past the
+  /// highest number present) and moves the head.
   int sequence(sql::Connection& conn, int limit) override;
 
  private:

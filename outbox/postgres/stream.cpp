@@ -53,7 +53,8 @@ void create_stream_schema(sql::Connection& conn, const std::string& table) {
                "error_count INT NOT NULL DEFAULT 0, last_error TEXT, "
                "delivered BIGINT NOT NULL DEFAULT 0, "
                "created_at TIMESTAMPTZ NOT NULL DEFAULT now(), "
-               "updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), last_delivered_at TIMESTAMPTZ)");
+               "updated_at TIMESTAMPTZ NOT NULL DEFAULT now(), last_delivered_at TIMESTAMPTZ, "
+               "released_at TIMESTAMPTZ)");
 }
 
 PostgresStreamStore::PostgresStreamStore(std::string table)
@@ -83,10 +84,14 @@ std::string PostgresStreamStore::order(bool descending) const {
 }
 
 std::optional<StreamHoldback> PostgresStreamStore::holdback(sql::Connection& conn) {
+  // Prepared (two-phase) transactions hold it back too, with no session to show.
   const auto rows = conn.query(
-      "SELECT pid, (EXTRACT(EPOCH FROM clock_timestamp() - xact_start) * 1000)::bigint, "
-      "COALESCE(state, '') FROM pg_stat_activity WHERE backend_xid IS NOT NULL "
-      "AND xact_start IS NOT NULL ORDER BY age(backend_xid) DESC LIMIT 1");
+      "SELECT pid, ms, state FROM (SELECT pid, (EXTRACT(EPOCH FROM clock_timestamp() - "
+      "xact_start) * 1000)::bigint AS ms, COALESCE(state, '') AS state, age(backend_xid) AS a "
+      "FROM pg_stat_activity WHERE backend_xid IS NOT NULL AND xact_start IS NOT NULL "
+      "UNION ALL SELECT 0, (EXTRACT(EPOCH FROM clock_timestamp() - prepared) * 1000)::bigint, "
+      "'prepared transaction ' || gid, age(transaction) FROM pg_prepared_xacts) h "
+      "ORDER BY a DESC LIMIT 1");
   if (rows.empty()) {
     return std::nullopt;
   }
@@ -121,10 +126,14 @@ std::int64_t PostgresStreamStore::rebase(sql::Connection& conn) {
   try {
     // Writers wait until the rebase commits: no row may be added under the old numbering.
     conn.execute("LOCK TABLE " + table() + " IN SHARE MODE");
+    // Unread: the rows after the cursor in the old order, and every row written since the
+    // restore (their ids are small, but their numbers follow the restored sequence, so above the
+    // cursor's). The cursor goes just before the first of them: rows read already that sort after
+    // it are delivered again, none is skipped.
     conn.execute("UPDATE " + subscription_table() + " s SET cursor_seq = COALESCE((SELECT " +
                  "min(o.stream_seq) - 1 FROM " + table() +
                  " o WHERE (o.stream_xid, o.stream_seq) > (s.cursor_xid::text::xid8, "
-                 "s.cursor_seq)), (SELECT max(stream_seq) FROM " +
+                 "s.cursor_seq) OR o.stream_seq > s.cursor_seq), (SELECT max(stream_seq) FROM " +
                  table() + "), s.cursor_seq), cursor_xid = 1, updated_at = now()");
     const auto moved = conn.execute("UPDATE " + table() +
                                     " SET stream_xid = '1'::xid8 WHERE stream_xid <> '1'::xid8");

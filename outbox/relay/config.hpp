@@ -124,8 +124,9 @@ struct RelayConfig {
     std::string token;
   } admin;
   struct Stream {
-    /// A subscription whose first unread event is older than this is reported as lagging (and
-    /// FAILED with fail_lagging, so it stops holding rows back from purge). 0: never.
+    /// A subscription whose first unread event is older than this is reported as lagging (and,
+    /// with fail_lagging, FAILED and released: it stops keeping its unread rows from purge). 0:
+    /// never.
     std::chrono::milliseconds max_lag_retention{0};
     bool fail_lagging = false;
   } stream;

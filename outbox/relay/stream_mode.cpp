@@ -61,8 +61,8 @@ struct StreamMode::Impl {
                 : 0.0;
         metrics->record_subscription(name, to_string(r.state.status), r.lag.events, lag_seconds);
         const auto limit = config.stream.max_lag_retention;
-        if (limit.count() == 0 || r.state.status == SubscriptionStatus::Failed ||
-            !r.lag.oldest_unread || now - *r.lag.oldest_unread <= limit) {
+        if (limit.count() == 0 || r.state.released_at || !r.lag.oldest_unread ||
+            now - *r.lag.oldest_unread <= limit) {
           continue;
         }
         late.insert(name);
@@ -71,8 +71,10 @@ struct StreamMode::Impl {
                                     " s behind, past stream.max_lag_retention (" +
                                     format_duration(limit) + "): it keeps rows from purge";
         if (config.stream.fail_lagging &&
-            stream->record_error(*conn, name, message, 1, nullptr).has_value()) {
-          log(LogLevel::Error, message + "; FAILED (stream.fail_lagging)");
+            stream->release_retention(*conn, name,
+                                      message + "; FAILED, its unread rows may be purged")) {
+          log(LogLevel::Error,
+              message + "; FAILED, its unread rows may be purged (stream.fail_lagging)");
         } else {
           log(LogLevel::Warning, message);
         }

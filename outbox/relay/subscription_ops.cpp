@@ -154,6 +154,9 @@ std::string to_json(const SubscriptionReport& r, Timestamp now) {
   out += ",\"delivered\":" + std::to_string(st.delivered) + ",\"last_delivered_at\":";
   append_optional(out, st.last_delivered_at ? std::optional(format_rfc3339(*st.last_delivered_at))
                                             : std::nullopt);
+  out += ",\"released_at\":";
+  append_optional(out,
+                  st.released_at ? std::optional(format_rfc3339(*st.released_at)) : std::nullopt);
   out += ",\"lag_events\":" + std::to_string(r.lag.events) + ",\"lag_seconds\":" +
          (r.lag.oldest_unread ? fixed(seconds_between(*r.lag.oldest_unread, now)) : "0") +
          ",\"holder\":";

@@ -40,10 +40,11 @@ int delete_oldest(Connection& conn, const Dialect& d, const std::string& table,
   return to_int(s.execute(conn));
 }
 
-// A row an ACTIVE or PAUSED subscription has not read yet is kept, whatever its age or status.
+// A row a subscription has not read yet is kept, whatever its age or status, unless that
+// subscription released its rows (StreamStore::release_retention).
 std::string not_retained_by_subscriptions(const Dialect& d, const std::string& table) {
   return " AND NOT EXISTS (SELECT 1 FROM " + subscription_table_name(table) +
-         " s WHERE s.status IN ('ACTIVE', 'PAUSED') AND " + d.after_cursor() + ")";
+         " s WHERE s.released_at IS NULL AND " + d.after_cursor() + ")";
 }
 
 }  // namespace

@@ -117,8 +117,8 @@ class SqlOutboxStore : public OutboxStore {
 };
 
 /// Deletes DONE rows done before `before` and DEAD rows that became DEAD before it (done_at; a
-/// DEAD row without done_at, from before schema version 2, is kept), except rows an ACTIVE or
-/// PAUSED subscription has not read yet. Thread-safe.
+/// DEAD row without done_at, from before schema version 2, is kept), except rows a subscription
+/// has not read yet (unless it released them: StreamStore::release_retention). Thread-safe.
 class SqlEventPurger : public EventPurger {
  public:
   /// Throws std::invalid_argument on a bad table name. With `use_database_clock` (and a dialect
@@ -137,7 +137,7 @@ class SqlEventPurger : public EventPurger {
 };
 
 /// Deletes every row created before `before` whatever its status, except rows a relay holds
-/// claimed and rows an ACTIVE or PAUSED subscription has not read yet: for writer-only (CDC)
+/// claimed and rows a subscription has not read yet (as SqlEventPurger): for writer-only (CDC)
 /// tables and tables read only by subscriptions, where nothing marks rows DONE. Outbox accepts it
 /// only in writer_only mode, since it would delete events that are still to be delivered.
 /// Thread-safe.

@@ -156,8 +156,8 @@ bool SqlStreamStore::remove(Connection& conn, std::string_view name) {
 std::vector<SubscriptionState> SqlStreamStore::select(Connection& conn, std::string_view name) {
   auto s = statement();
   s.sql(std::string("SELECT ") + kSubscriptionColumns + dialect_.micros("created_at") + ", " +
-        dialect_.micros("updated_at") + ", " + dialect_.micros("last_delivered_at") + " FROM " +
-        subscription_table_);
+        dialect_.micros("updated_at") + ", " + dialect_.micros("last_delivered_at") + ", " +
+        dialect_.micros("released_at") + " FROM " + subscription_table_);
   if (!name.empty()) {
     s.sql(" WHERE name = ").param(TextRef{name});
   }
@@ -186,6 +186,9 @@ std::vector<SubscriptionState> SqlStreamStore::select(Connection& conn, std::str
     st.updated_at = from_micros(row.get_int(11));
     if (auto us = row.get_optional_int(12)) {
       st.last_delivered_at = from_micros(*us);
+    }
+    if (auto us = row.get_optional_int(13)) {
+      st.released_at = from_micros(*us);
     }
     out.push_back(std::move(st));
   }
@@ -244,7 +247,9 @@ std::optional<SubscriptionStatus> SqlStreamStore::record_error(Connection& conn,
   const std::string text = truncate_error(error);
   auto s = statement();
   // status first: MariaDB evaluates SET left to right with the values already set.
-  s.sql("UPDATE " + subscription_table_ + " SET status = CASE WHEN ")
+  // Only an ACTIVE subscription fails: a PAUSED one stays paused (an operator's choice).
+  s.sql("UPDATE " + subscription_table_ +
+        " SET status = CASE WHEN status = " + status_literal(SubscriptionStatus::Active) + " AND ")
       .param(std::int64_t{max_errors})
       .sql(" > 0 AND error_count + 1 >= ")
       .param(std::int64_t{max_errors})
@@ -271,7 +276,7 @@ bool SqlStreamStore::set_status(Connection& conn, std::string_view name, Subscri
   auto s = statement();
   s.sql("UPDATE " + subscription_table_ + " SET status = " + status_literal(to));
   if (to == SubscriptionStatus::Active) {
-    s.sql(", error_count = 0, last_error = NULL");
+    s.sql(", error_count = 0, last_error = NULL, released_at = NULL");
   }
   s.sql(", updated_at = ")
       .now(Clock::system()->now())
@@ -294,11 +299,27 @@ bool SqlStreamStore::rewind(Connection& conn, std::string_view name, StreamPosit
   return s.execute(conn) == 1;
 }
 
+bool SqlStreamStore::release_retention(Connection& conn, std::string_view name,
+                                       std::string_view reason) {
+  const std::string text = truncate_error(reason);
+  const auto now = Clock::system()->now();
+  auto s = statement();
+  s.sql("UPDATE " + subscription_table_ +
+        " SET status = " + status_literal(SubscriptionStatus::Failed) + ", last_error = ")
+      .param(TextRef{text})
+      .sql(", released_at = ")
+      .now(now)
+      .sql(", updated_at = ")
+      .now(now)
+      .sql(" WHERE name = ")
+      .param(TextRef{name});
+  return s.execute(conn) == 1;
+}
+
 std::optional<StreamPosition> SqlStreamStore::retained_from(Connection& conn) {
   auto s = statement();
-  s.sql("SELECT cursor_xid, cursor_seq FROM " + subscription_table_ + " WHERE " +
-        status_in({SubscriptionStatus::Active, SubscriptionStatus::Paused}) +
-        " ORDER BY cursor_xid, cursor_seq LIMIT 1");
+  s.sql("SELECT cursor_xid, cursor_seq FROM " + subscription_table_ +
+        " WHERE released_at IS NULL ORDER BY cursor_xid, cursor_seq LIMIT 1");
   const auto rows = s.query(conn);
   if (rows.empty()) {
     return std::nullopt;

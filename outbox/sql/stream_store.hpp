@@ -36,6 +36,7 @@ class SqlStreamStore : public StreamStore {
   bool set_status(Connection& conn, std::string_view name, SubscriptionStatus to,
                   std::vector<SubscriptionStatus> from) override;
   bool rewind(Connection& conn, std::string_view name, StreamPosition to) override;
+  bool release_retention(Connection& conn, std::string_view name, std::string_view reason) override;
   std::optional<StreamPosition> retained_from(Connection& conn) override;
 
   const std::string& table() const { return table_; }

@@ -57,7 +57,8 @@ constexpr const char* kColumns =
     "locked_at INTEGER, "
     "tags TEXT";
 
-// The columns every version had, in the order of kColumns.
+// The columns of versions 1 to 3, in the order of kColumns; any other column of a table being
+// upgraded (tags, or one an application added) is copied as it is.
 constexpr const char* kVersion1Columns =
     "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, "
     "attempts, available_at, created_at, done_at, last_error, locked_by, locked_at";
@@ -94,18 +95,48 @@ void create_stream_schema(sql::Connection& conn, const std::string& table) {
   if (!has_column(conn, table, "stream_seq")) {
     // The rowid cannot become AUTOINCREMENT in place: the table is copied, oldest row first, in
     // one savepoint (inside the migration's transaction, or alone).
+    // Columns, indexes and triggers an application added to the table are carried over (as
+    // SQLite's own guide to changing a table does).
     const std::string copy = table + "__v4";
     conn.execute("SAVEPOINT outbox_stream_schema");
     try {
+      std::string extra_columns, copied = kVersion1Columns;
+      for (const auto& c : conn.query("SELECT name, type, \"notnull\", dflt_value FROM "
+                                      "pragma_table_info('" +
+                                      table + "')")) {
+        const std::string name = c.get_text(0);
+        const std::string listed = std::string(", ") + kVersion1Columns + ", ";
+        if (listed.find(", " + name + ", ") != std::string::npos) {
+          continue;
+        }
+        if (name == "tags") {  // a column of version 4 already
+          copied += ", tags";
+          continue;
+        }
+        const std::string quoted = "\"" + name + "\"";
+        extra_columns += ", " + quoted + " " + c.get_text(1) +
+                         (c.get_int(2) != 0 && c.get_optional_text(3) ? " NOT NULL" : "") +
+                         (c.get_optional_text(3) ? " DEFAULT " + *c.get_optional_text(3) : "");
+        copied += ", " + quoted;
+      }
+      std::vector<std::string> recreate;
+      for (const auto& r :
+           conn.query("SELECT sql FROM sqlite_master WHERE tbl_name = '" + table +
+                      "' AND type IN ('index', 'trigger') AND sql IS NOT NULL "
+                      "AND name NOT IN ('" +
+                      table + "_pending', '" + table + "_terminal', '" + table + "_created')")) {
+        recreate.push_back(r.get_text(0));
+      }
       conn.execute("DROP TABLE IF EXISTS " + copy);
-      conn.execute("CREATE TABLE " + copy + " (" + kColumns + ")");
-      const bool tags = has_column(conn, table, "tags");
-      conn.execute("INSERT INTO " + copy + " (" + kVersion1Columns + (tags ? ", tags" : "") +
-                   ") SELECT " + kVersion1Columns + (tags ? ", tags" : "") + " FROM " + table +
+      conn.execute("CREATE TABLE " + copy + " (" + kColumns + extra_columns + ")");
+      conn.execute("INSERT INTO " + copy + " (" + copied + ") SELECT " + copied + " FROM " + table +
                    " ORDER BY created_at, event_id");
       conn.execute("DROP TABLE " + table);
       conn.execute("ALTER TABLE " + copy + " RENAME TO " + table);
       create_indexes(conn, table);
+      for (const auto& sql : recreate) {
+        conn.execute(sql);
+      }
       conn.execute("RELEASE outbox_stream_schema");
     } catch (...) {
       try {
@@ -128,7 +159,7 @@ void create_stream_schema(sql::Connection& conn, const std::string& table) {
                "delivered INTEGER NOT NULL DEFAULT 0, "
                "created_at INTEGER NOT NULL DEFAULT (" +
                dialect().lease_now() + "), updated_at INTEGER NOT NULL DEFAULT (" +
-               dialect().lease_now() + "), last_delivered_at INTEGER)");
+               dialect().lease_now() + "), last_delivered_at INTEGER, released_at INTEGER)");
 }
 
 void create_lease_schema(sql::Connection& conn, const std::string& table) {
