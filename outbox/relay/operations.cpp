@@ -4,17 +4,12 @@
 
 #include "outbox/errors.hpp"
 #include "outbox/json_codec.hpp"
+#include "outbox/relay/internal/json_text.hpp"
 
 namespace outbox::relay {
 namespace {
 
-void append_optional(std::string& out, const std::optional<std::string>& value) {
-  if (value) {
-    append_json_string(out, *value);
-  } else {
-    out += "null";
-  }
-}
+using internal::append_optional;
 
 }  // namespace
 

@@ -200,6 +200,16 @@ struct Relay::Impl {
   std::mutex lifecycle_mutex;  // guards started/stopped transitions
   bool started = false, stopped = false;
 
+  std::shared_ptr<LeaseManager> make_leases() const {
+    return std::make_shared<LeaseManager>(
+        LeaseManager::Options{.connection_provider = pool,
+                              .store = lease_store,
+                              .owner = owner,
+                              .ttl = config.relay.lease_ttl,
+                              .renew_interval = config.relay.lease_renew,
+                              .metrics = metrics});
+  }
+
   void build_outbox() {
     Outbox::Options o{
         .connection_provider = pool,
@@ -302,13 +312,7 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
     impl_->lease_store = detect_lease_store(*conn, c.database.table);
     sql::StoreOptions store_options{.table = c.database.table};
     if (c.relay.standby) {
-      impl_->leases = std::make_shared<LeaseManager>(
-          LeaseManager::Options{.connection_provider = impl_->pool,
-                                .store = impl_->lease_store,
-                                .owner = impl_->owner,
-                                .ttl = c.relay.lease_ttl,
-                                .renew_interval = c.relay.lease_renew,
-                                .metrics = impl_->metrics});
+      impl_->leases = impl_->make_leases();
       store_options.fence = impl_->leases->fence("leader");
     }
     impl_->store = engine_for(conn->dialect()).make_store(store_options);
@@ -345,16 +349,7 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
   }
   if (!c.subscriptions.empty()) {
     auto conn = impl_->pool->acquire();
-    impl_->stream_leases = impl_->leases;
-    if (!impl_->stream_leases) {
-      impl_->stream_leases = std::make_shared<LeaseManager>(
-          LeaseManager::Options{.connection_provider = impl_->pool,
-                                .store = impl_->lease_store,
-                                .owner = impl_->owner,
-                                .ttl = c.relay.lease_ttl,
-                                .renew_interval = c.relay.lease_renew,
-                                .metrics = impl_->metrics});
-    }
+    impl_->stream_leases = impl_->leases ? impl_->leases : impl_->make_leases();
     impl_->stream_mode = std::make_unique<StreamMode>(
         c, impl_->pool, detect_stream_store(*conn, c.database.table), impl_->lease_store,
         impl_->stream_leases, impl_->publishers, impl_->metrics);

@@ -5,18 +5,13 @@
 #include <stdexcept>
 
 #include "outbox/json_codec.hpp"
+#include "outbox/relay/internal/json_text.hpp"
 #include "outbox/sql/connection.hpp"
 
 namespace outbox::relay {
 namespace {
 
-void append_optional(std::string& out, const std::optional<std::string>& value) {
-  if (value) {
-    append_json_string(out, *value);
-  } else {
-    out += "null";
-  }
-}
+using internal::append_optional;
 
 void append_list(std::string& out, const char* key, const std::vector<std::string>& items) {
   out += "\"";

@@ -208,6 +208,17 @@ std::vector<SubscriptionState> SqlStreamStore::list(Connection& conn) {
   return select(conn, {});
 }
 
+Statement SqlStreamStore::move_cursor(StreamPosition to, Timestamp now) const {
+  auto s = statement();
+  s.sql("UPDATE " + subscription_table_ + " SET cursor_xid = ")
+      .param(to.xid)
+      .sql(", cursor_seq = ")
+      .param(to.seq)
+      .sql(", error_count = 0, updated_at = ")
+      .now(now);
+  return s;
+}
+
 void SqlStreamStore::fence(Statement& s, const LeaseToken* token) const {
   if (token != nullptr) {
     append_fence(s, dialect_, lease_table_, *token);
@@ -217,15 +228,8 @@ void SqlStreamStore::fence(Statement& s, const LeaseToken* token) const {
 bool SqlStreamStore::advance(Connection& conn, std::string_view name, StreamPosition from,
                              StreamPosition to, std::int64_t delivered, const LeaseToken* token) {
   const auto now = Clock::system()->now();
-  auto s = statement();
-  s.sql("UPDATE " + subscription_table_ + " SET cursor_xid = ")
-      .param(to.xid)
-      .sql(", cursor_seq = ")
-      .param(to.seq)
-      .sql(", delivered = delivered + ")
-      .param(delivered)
-      .sql(", error_count = 0, updated_at = ")
-      .now(now);
+  auto s = move_cursor(to, now);
+  s.sql(", delivered = delivered + ").param(delivered);
   if (delivered > 0) {
     s.sql(", last_delivered_at = ").now(now);
   }
@@ -287,15 +291,8 @@ bool SqlStreamStore::set_status(Connection& conn, std::string_view name, Subscri
 }
 
 bool SqlStreamStore::rewind(Connection& conn, std::string_view name, StreamPosition to) {
-  auto s = statement();
-  s.sql("UPDATE " + subscription_table_ + " SET cursor_xid = ")
-      .param(to.xid)
-      .sql(", cursor_seq = ")
-      .param(to.seq)
-      .sql(", error_count = 0, updated_at = ")
-      .now(Clock::system()->now())
-      .sql(" WHERE name = ")
-      .param(TextRef{name});
+  auto s = move_cursor(to, Clock::system()->now());
+  s.sql(" WHERE name = ").param(TextRef{name});
   return s.execute(conn) == 1;
 }
 

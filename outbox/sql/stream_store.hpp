@@ -68,6 +68,8 @@ class SqlStreamStore : public StreamStore {
  private:
   std::vector<SubscriptionState> select(Connection& conn, std::string_view name);
   void fence(Statement& s, const LeaseToken* token) const;
+  /// "UPDATE … SET" the cursor to `to`, errors cleared: the start of advance() and rewind().
+  Statement move_cursor(StreamPosition to, Timestamp now) const;
 
   const Dialect& dialect_;
   std::string table_;
