@@ -93,7 +93,7 @@ class Parser {
         }
         std::string key = parse_string();
         if (key.empty()) {
-          fail("empty header key");
+          fail("empty key");
         }
         skip_ws();
         expect(':');
@@ -103,7 +103,7 @@ class Parser {
           pos_ += 4;
           result.erase(key);
         } else if (peek() != '"') {
-          fail("header values must be strings or null");
+          fail("values must be strings or null");
         } else {
           result.insert_or_assign(std::move(key), parse_string());
         }

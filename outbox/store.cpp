@@ -99,10 +99,27 @@ EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec) {
     builder.tenant_id(*row.tenant_id);
   }
   if (row.headers_json) {
-    builder.headers(codec.parse_object(*row.headers_json));
+    try {
+      builder.headers(codec.parse_object(*row.headers_json));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("headers column: ") + e.what());
+    }
   }
   if (row.tags_json) {
-    builder.tags(codec.parse_object(*row.tags_json));
+    Tags tags;
+    try {
+      tags = codec.parse_object(*row.tags_json);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("tags column: ") + e.what());
+    }
+    // Filters compare tags and publishers write them into JSON: text only, whoever wrote the row.
+    for (const auto& [name, value] : tags) {
+      if (sanitize_utf8(name) != name || sanitize_utf8(value) != value) {
+        throw std::invalid_argument("tags column: tag '" + sanitize_utf8(name.substr(0, 64)) +
+                                    "' is not UTF-8 text without NUL");
+      }
+    }
+    builder.tags(tags);
   }
   if (row.payload_is_json) {
     builder.payload_json(row.payload);

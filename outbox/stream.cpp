@@ -155,7 +155,12 @@ void validate_subscription_name(std::string_view name) {
   }
   for (const char c : name) {
     if (c <= ' ' || c > '~') {
-      throw std::invalid_argument("subscription name '" + std::string(name) +
+      // Quoted printable only: the name may hold NUL or bytes that are not text.
+      std::string shown;
+      for (const char k : name.substr(0, 64)) {
+        shown.push_back(k > ' ' && k <= '~' ? k : '?');
+      }
+      throw std::invalid_argument("subscription name '" + shown +
                                   "' must be printable ASCII without spaces");
     }
   }

@@ -102,6 +102,9 @@ struct SubscriptionState {
   /// When it stopped keeping its unread rows from purge (release_retention); nullopt: it keeps
   /// them, whatever its status.
   std::optional<Timestamp> released_at;
+  /// Set when the row cannot be used as it stands (e.g. a malformed filter written with SQL): the
+  /// reason. A runner does not deliver for it; the row is still listed.
+  std::optional<std::string> problem;
 };
 
 /// Checks a subscription name. Throws std::invalid_argument.
@@ -129,6 +132,8 @@ class StreamStore {
   virtual void check(sql::Connection& conn) = 0;
   /// True when committed rows get their position from sequence() (MariaDB) rather than at insert.
   virtual bool needs_sequencer() const { return false; }
+  /// True when positions are "xid:seq" (PostgreSQL); false when they are a seq alone.
+  virtual bool positions_have_xid() const { return false; }
   /// Numbers up to `limit` committed rows that have no position yet, in one transaction; how many.
   /// One process at a time should run it (a lease); a second one waits, it never duplicates.
   virtual int sequence(sql::Connection& conn, int limit);

@@ -133,6 +133,10 @@ class SubscriptionRunner::Worker {
       waiting = state->status == SubscriptionStatus::Paused ? "paused" : "failed";
       return s.poll_interval;
     }
+    if (state->problem) {
+      waiting = "its row cannot be used: " + *state->problem;
+      return s.poll_interval;
+    }
     if (!sub_.publisher->is_healthy()) {
       waiting = "publisher " + sub_.spec.publisher + " is not healthy";
       return s.poll_interval;
@@ -150,18 +154,22 @@ class SubscriptionRunner::Worker {
     std::vector<std::string> targets;
     std::vector<std::size_t> index;  // event index of each request
     envelopes.reserve(events.size());
-    std::optional<std::pair<std::size_t, std::string>> failure;
+    // The first event that failed (its index; events.size(): none) and why.
+    std::size_t fail_at = events.size();
+    std::string fail_reason;
     for (std::size_t i = 0; i < events.size(); ++i) {
       try {
         auto envelope = to_envelope(events[i].row, *opts.codec);
-        if (sub_.spec.filter.matches(envelope)) {
+        // The row's filter: changed with SQL, it applies from the next poll.
+        if (state->spec.filter.matches(envelope)) {
           targets.push_back(sub_.target ? sub_.target(envelope) : sub_.spec.target);
           envelopes.push_back(std::move(envelope));
           index.push_back(i);
         }
       } catch (const std::exception& e) {
-        failure = {i, "event " + events[i].row.event_id + " at " + events[i].position.to_string() +
-                          " cannot be published: " + e.what()};
+        fail_at = i;
+        fail_reason = "event " + events[i].row.event_id + " at " + events[i].position.to_string() +
+                      " cannot be published: " + e.what();
         break;
       }
     }
@@ -170,23 +178,47 @@ class SubscriptionRunner::Worker {
     for (std::size_t r = 0; r < envelopes.size(); ++r) {
       requests.push_back({&envelopes[r], std::move(targets[r])});
     }
+    // In chunks of publish_chunk, the lease checked before each (a process paused past its ttl
+    // must not go on publishing a batch the new holder publishes too), stopping at a failure.
     std::optional<milliseconds> retry_after;
-    if (!requests.empty()) {
-      const auto results = sub_.publisher->publish(requests);
-      // A request without a result is not delivered.
-      for (std::size_t r = 0; r < requests.size(); ++r) {
-        const bool ok = r < results.size() && results[r].is_ok();
-        if (!ok && (!failure || index[r] < failure->first)) {
-          const std::string reason = r >= results.size() ? "the publisher returned no result"
-                                     : results[r].reason.empty() ? "failed"
-                                                                 : results[r].reason;
-          failure = {index[r], "event " + events[index[r]].row.event_id + ": " + reason};
-          retry_after = r < results.size() ? results[r].retry_after : std::nullopt;
+    std::optional<std::size_t> halted;  // the first event left unpublished: the lease ended
+    const std::size_t chunk =
+        s.publish_chunk == 0 ? requests.size() : static_cast<std::size_t>(s.publish_chunk);
+    for (std::size_t from = 0; from < requests.size(); from += chunk) {
+      if (from > 0 && fence_ && fence_->token() != token) {
+        halted = index[from];
+        break;
+      }
+      const std::size_t n = std::min(chunk, requests.size() - from);
+      const auto results =
+          sub_.publisher->publish(std::span<const PublishRequest>(requests).subspan(from, n));
+      bool stop = false;
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t r = from + k;
+        // A request without a result is not delivered.
+        const bool ok = k < results.size() && results[k].is_ok();
+        if (!ok && index[r] < fail_at) {
+          const std::string reason = k >= results.size() ? "the publisher returned no result"
+                                     : results[k].reason.empty() ? "failed"
+                                                                 : results[k].reason;
+          fail_at = index[r];
+          fail_reason = "event " + events[index[r]].row.event_id + ": " + reason;
+          retry_after = k < results.size() ? results[k].retry_after : std::nullopt;
+          stop = true;
           break;
         }
       }
+      if (stop) {
+        break;
+      }
     }
-    const std::size_t done = failure ? failure->first : events.size();
+    // An event not published because the lease ended is no failure of the subscription's.
+    if (halted && *halted < fail_at) {
+      fail_at = events.size();
+    } else {
+      halted.reset();
+    }
+    const std::size_t done = halted.value_or(fail_at);
     const auto delivered = static_cast<std::int64_t>(
         std::count_if(index.begin(), index.end(), [&](std::size_t i) { return i < done; }));
     const LeaseToken* fenced = token ? &*token : nullptr;
@@ -202,7 +234,11 @@ class SubscriptionRunner::Worker {
         return milliseconds(0);
       }
     }
-    if (!failure) {
+    if (halted) {
+      waiting = "lease lost while publishing";
+      return milliseconds(0);
+    }
+    if (fail_at == events.size()) {
       return events.size() == static_cast<std::size_t>(s.batch_size) ? milliseconds(0)
                                                                      : s.poll_interval;
     }
@@ -212,16 +248,16 @@ class SubscriptionRunner::Worker {
       return *retry_after;
     }
     const auto status =
-        opts.store->record_error(*conn, sub_.spec.name, failure->second, s.max_errors, fenced);
+        opts.store->record_error(*conn, sub_.spec.name, fail_reason, s.max_errors, fenced);
     const int errors = state->error_count + 1;
     if (status == SubscriptionStatus::Failed) {
       log(LogLevel::Error, "subscription " + sub_.spec.name + " FAILED after " +
-                               std::to_string(errors) + " errors in a row: " + failure->second +
+                               std::to_string(errors) + " errors in a row: " + fail_reason +
                                " (reset it once the cause is fixed)");
     } else {
-      log(LogLevel::Warning, "subscription " + sub_.spec.name + ": " + failure->second);
+      log(LogLevel::Warning, "subscription " + sub_.spec.name + ": " + fail_reason);
     }
-    waiting = "retrying: " + failure->second;
+    waiting = "retrying: " + fail_reason;
     return doubled(s.retry_base, errors - 1, 2, std::max(s.retry_max, s.retry_base));
   }
 
@@ -279,11 +315,11 @@ SubscriptionRunner::SubscriptionRunner(Options options) : options_(std::move(opt
     }
     if (s.poll_interval.count() <= 0 || s.batch_size < 1 || s.batch_size > 10000 ||
         s.backoff_threshold < 0 || s.backoff_multiplier < 1 || s.max_errors < 0 ||
-        s.retry_base.count() <= 0) {
+        s.publish_chunk < 0 || s.retry_base.count() <= 0) {
       throw std::invalid_argument(where +
                                   "schedule: poll_interval and retry_base must be > 0, "
                                   "batch_size 1 … 10000, backoff_threshold and max_errors >= 0, "
-                                  "backoff_multiplier >= 1");
+                                  "backoff_multiplier >= 1, publish_chunk >= 0");
     }
   }
   background_ = std::make_unique<Background>();
@@ -431,23 +467,45 @@ void SubscriptionRunner::balance() {
         members += info.name.starts_with(kMemberPrefix) ? 1 : 0;
       }
     }
+    // Relays may name different subscriptions, so a share is a target, never a reason to leave
+    // one unrun: a subscription nobody took for a whole round is taken regardless (and kept:
+    // nobody else wants it) until the members change.
+    std::set<std::string, std::less<>> member_names;
+    for (const auto& name : live) {
+      if (name.starts_with(kMemberPrefix)) {
+        member_names.insert(name);
+      }
+    }
+    if (member_names != balance_.members) {
+      balance_.members = std::move(member_names);
+      balance_.kept.clear();
+    }
     const std::size_t share = (workers_.size() + std::max<std::size_t>(members, 1) - 1) /
                               std::max<std::size_t>(members, 1);
     std::size_t held = 0;
+    for (const auto& w : workers_) {
+      held += w->held() ? 1 : 0;
+    }
+    std::set<std::string, std::less<>> free_now;
     for (auto& w : workers_) {
-      if (w->held()) {
+      if (w->held() || live.contains(w->lease())) {
+        continue;
+      }
+      const bool unwanted = balance_.free.contains(w->lease());
+      if ((held < share || unwanted) && options_.leases->try_acquire(w->lease())) {
         if (++held > share) {
-          w->yield();
+          balance_.kept.insert(w->lease());
         }
+        w->wake();
+      } else {
+        free_now.insert(w->lease());
       }
     }
-    for (auto& w : workers_) {
-      if (held >= share) {
-        break;
-      }
-      if (!w->held() && !live.contains(w->lease()) && options_.leases->try_acquire(w->lease())) {
-        ++held;
-        w->wake();
+    balance_.free = std::move(free_now);
+    for (auto it = workers_.rbegin(); it != workers_.rend() && held > share; ++it) {
+      if ((*it)->held() && !balance_.kept.contains((*it)->lease())) {
+        (*it)->yield();
+        --held;
       }
     }
   } catch (const std::exception& e) {

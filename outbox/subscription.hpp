@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,10 @@ class SubscriptionRunner {
     int max_errors = 10;
     std::chrono::milliseconds retry_base{1000};
     std::chrono::milliseconds retry_max{60000};
+    /// Events handed to the publisher per call (0: the whole batch). The lease is checked before
+    /// each call and a failure ends the batch there: 1 keeps order and single ownership exact for
+    /// publishers that send one event after another (webhooks).
+    int publish_chunk = 0;
   };
   struct Subscription {
     SubscriptionSpec spec;
@@ -113,6 +118,11 @@ class SubscriptionRunner {
   std::chrono::milliseconds sequencer_wait_{0};  // the sequencer thread's own
   mutable std::mutex refusal_mutex_;             // guards refusal_
   std::string refusal_;
+  struct Balance {                               // the balancer thread's own
+    std::set<std::string, std::less<>> members;  // live members last round
+    std::set<std::string, std::less<>> free;     // subscriptions nobody held last round
+    std::set<std::string, std::less<>> kept;     // taken beyond the share: nobody else took them
+  } balance_;
   struct Background;
   std::unique_ptr<Background> background_;  // last: stopped first
 };

@@ -177,6 +177,9 @@ TEST_P(RelayStream, ManagedOverTheAdminApiTheCliAndPlainSql) {
   EXPECT_EQ(api(port, "POST", "/api/subscriptions/hooks/rewind?to=yesterday")->status, 400);
   EXPECT_EQ(api(port, "POST", "/api/subscriptions/nobody/pause")->status, 404);
   EXPECT_EQ(api(port, "GET", "/api/subscriptions/hooks/pause")->status, 405);
+  EXPECT_EQ(api(port, "POST", "/api/subscriptions/hooks/rewind?to=1000000")->status, 400);
+  EXPECT_EQ(api(port, "GET", "/api/subscriptions/a%20b")->status, 400);
+  EXPECT_EQ(api(port, "GET", "/api/subscriptions/a%00b")->status, 400);
   http_.respond(nullptr);
   pool_->acquire()->execute("UPDATE " + sql::subscription_table_name(table_) +
                             " SET status = 'ACTIVE', error_count = 0 WHERE name = 'hooks'");
@@ -286,6 +289,29 @@ TEST_P(RelayStream, ClaimModeAndStreamModeShareATableAndAHeldBackStreamShowsInMe
   const auto status = run_cli(dir_, cli("stream status --json"));
   ASSERT_EQ(status.exit_code, 0) << status.err;
   EXPECT_NE(status.out.find("\"name\":\"sub\""), std::string::npos) << status.out;
+  EXPECT_EQ(relays_["r1"]->terminate(), 0);
+}
+
+TEST_P(RelayStream, APurgeWithoutRoutesKeepsWhatANewSubscriptionWillRead) {
+  // Old rows, past the retention, before the relay (and its subscription) ever started.
+  {
+    auto conn = pool_->acquire();
+    for (int i = 0; i < 5; ++i) {
+      store_->insert_new(*conn, EventEnvelope::builder(EventType::of("Old"))
+                                    .event_id("old-" + std::to_string(i))
+                                    .occurred_at(std::chrono::system_clock::now() - 2h)
+                                    .payload_json("{}")
+                                    .build());
+    }
+  }
+  const std::string config = base_config("r1") +
+                             "[purge]\nenabled = true\ninclude_pending = true\nretention = \"1h\"\n"
+                             "interval = \"1s\"\n" +
+                             subscription("late-comer", http_.url("/late"));
+  relays_["r1"] = std::make_unique<RelayProcess>(dir_, config, "r1");
+  ASSERT_TRUE(wait_until([&] { return received("/late").size() == 5; }));
+  // Read by every subscription, they go at the next purge.
+  ASSERT_TRUE(wait_until([&] { return store_->count_by_status(*pool_->acquire())[0] == 0; }));
   EXPECT_EQ(relays_["r1"]->terminate(), 0);
 }
 

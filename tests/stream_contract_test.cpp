@@ -125,6 +125,33 @@ TEST_P(StreamContract, TagsAreStoredAndReadBackOnBothPaths) {
   EXPECT_EQ(to_envelope(*found, JsonCodec::default_codec()).tags().at("wallet_id"), "w-7");
 }
 
+TEST_P(StreamContract, TagsAnotherClientWroteAreTextOrTheRowIsRefusedNamingTheColumn) {
+  auto conn = pool_->acquire();
+  store_->insert_new(*conn, event("bad-utf8"));
+  store_->insert_new(*conn, event("bad-shape"));
+  if (engine_is("sqlite")) {  // the server engines refuse invalid UTF-8 in JSON themselves
+    conn->execute("UPDATE " + table_ +
+                  " SET tags = CAST(X'7B2261223A2280FF227D' AS TEXT) WHERE event_id = 'bad-utf8'");
+  }
+  conn->execute("UPDATE " + table_ +
+                " SET tags = " + (engine_is("postgres") ? "'{\"n\": 1}'::jsonb" : "'{\"n\": 1}'") +
+                " WHERE event_id = 'bad-shape'");
+  StreamPosition cursor;
+  const auto rows = read_all(cursor);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& r : rows) {
+    if (r.row.event_id == "bad-utf8" && !engine_is("sqlite")) {
+      continue;
+    }
+    try {
+      to_envelope(r.row, JsonCodec::default_codec());
+      ADD_FAILURE() << r.row.event_id << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("tags column"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST_P(StreamContract, PositionBeforeATimeRereadsFromTheFirstEventAtOrAfterIt) {
   const auto t0 = from_micros(to_micros(std::chrono::system_clock::now()));
   {

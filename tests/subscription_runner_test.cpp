@@ -422,6 +422,96 @@ TEST_P(SubscriptionRunnerTest, ARestoredPostgresDatabaseStopsRunningSubscription
   EXPECT_EQ(rec->ids().back(), "after-restore");
 }
 
+TEST_P(SubscriptionRunnerTest, ProcessesNamingDifferentSubscriptionsLeaveNoneUnrun) {
+  auto manager = [&](const std::string& owner) {
+    auto m = std::make_shared<LeaseManager>(LeaseManager::Options{.connection_provider = pool_,
+                                                                  .store = leases_,
+                                                                  .owner = owner,
+                                                                  .ttl = 2s,
+                                                                  .renew_interval = 300ms});
+    m->start();
+    return m;
+  };
+  auto a_leases = manager("node-a");
+  auto b_leases = manager("node-b");
+  std::map<std::string, std::shared_ptr<Recorder>> rec;
+  for (const char* n : {"s1", "s2", "s3"}) {
+    rec[n] = std::make_shared<Recorder>();
+  }
+  // A alone names s1 and s2, B alone s3: shares of one each must not leave s2 to nobody.
+  auto a =
+      runner({{{"s1", {}, "log", ""}, rec["s1"]}, {{"s2", {}, "log", ""}, rec["s2"]}}, a_leases);
+  auto b = runner({{{"s3", {}, "log", ""}, rec["s3"]}}, b_leases);
+  // Once both are members, each one's share is one subscription.
+  ASSERT_TRUE(wait_until([&] {
+    const auto info = leases_->find(*pool_->acquire(), "member:node-b");
+    return info && info->live;
+  }));
+  write("x");
+  for (const char* n : {"s1", "s2", "s3"}) {
+    EXPECT_TRUE(wait_until([&] { return !rec[n]->ids().empty(); })) << n << " never ran";
+  }
+  // And it stays where it runs: a later event reaches it too.
+  write("y");
+  EXPECT_TRUE(wait_until([&] { return rec["s2"]->ids().size() + rec["s1"]->ids().size() >= 4; }));
+  a->close();
+  b->close();
+  a_leases->close();
+  b_leases->close();
+}
+
+// Publishes one event per call; the first call lasts until the lease is no longer trusted (a
+// process paused past its ttl), recording whether the lease was held at each call.
+class LeaseWatchingPublisher final : public Publisher {
+ public:
+  explicit LeaseWatchingPublisher(std::shared_ptr<LeaseManager> leases)
+      : leases_(std::move(leases)) {}
+  std::vector<PublishResult> publish(std::span<const PublishRequest> batch) override {
+    const bool held = leases_->token("sub:s").has_value();
+    if (calls_++ == 0) {
+      testing::wait_until([&] { return !leases_->token("sub:s"); });
+    }
+    if (!held) {
+      ++calls_without_lease_;
+    }
+    return std::vector<PublishResult>(batch.size(), PublishResult::ok());
+  }
+  std::atomic<int> calls_{0};
+  std::atomic<int> calls_without_lease_{0};
+
+ private:
+  std::shared_ptr<LeaseManager> leases_;
+};
+
+TEST_P(SubscriptionRunnerTest, ABatchStopsBetweenEventsOnceTheLeaseIsNoLongerHeld) {
+  auto leases = std::make_shared<LeaseManager>(LeaseManager::Options{.connection_provider = pool_,
+                                                                     .store = leases_,
+                                                                     .owner = "node-a",
+                                                                     .ttl = 1s,
+                                                                     .renew_interval = 300ms});
+  for (int i = 0; i < 5; ++i) {
+    write("h" + std::to_string(i));
+  }
+  auto publisher = std::make_shared<LeaseWatchingPublisher>(leases);
+  SubscriptionRunner::Options o{.connection_provider = pool_, .store = stream_, .leases = leases};
+  auto schedule = fast();
+  schedule.publish_chunk = 1;
+  o.subscriptions.push_back(
+      {.spec = {"s", {}, "log", ""}, .publisher = publisher, .schedule = schedule});
+  o.sequencer_interval = 5ms;
+  SubscriptionRunner r(std::move(o));
+  // Acquired by hand and never renewed (the manager is not started): it lapses during the first
+  // publish, as a paused process's would.
+  ASSERT_TRUE(leases->try_acquire("sub:s"));
+  r.start();
+  // The batch stopped when the lease lapsed; the balancer takes the free lease again and the rest
+  // goes out under the new holding. No call was made without the lease.
+  ASSERT_TRUE(wait_until([&] { return caught_up("s"); }));
+  EXPECT_GE(publisher->calls_.load(), 5);
+  EXPECT_EQ(publisher->calls_without_lease_.load(), 0);
+  r.close();
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, SubscriptionRunnerTest, testing::all_engines(),
                          testing::engine_name);
 

@@ -111,6 +111,10 @@ std::optional<int> StreamCommands::run() {
     return 0;
   }
   if (rebase_->parsed()) {
+    if (!stream->positions_have_xid()) {
+      std::fprintf(stderr, "outbox: stream rebase applies to PostgreSQL streams only\n");
+      return 2;
+    }
     const auto moved = stream->rebase(*conn);
     std::printf("rebased %lld rows; every subscription resumes at its first unread event\n",
                 static_cast<long long>(moved));

@@ -24,6 +24,7 @@ class PostgresStreamStore final : public sql::SqlStreamStore {
   /// database restored from a dump into a new cluster): `outbox stream rebase` fixes it.
   void check(sql::Connection& conn) override;
   std::int64_t rebase(sql::Connection& conn) override;
+  bool positions_have_xid() const override { return true; }
 
  protected:
   std::string position_columns() const override;

@@ -221,6 +221,15 @@ void PrometheusMetrics::record_statistics(std::string_view publisher, std::strin
       .Add({{"publisher", std::string(publisher)}, {"event_type", std::string(event_type)}})
       .Increment(static_cast<double>(n));
 }
+void PrometheusMetrics::forget_subscription(std::string_view name) {
+  const std::map<std::string, std::string> labels{{"subscription", std::string(name)}};
+  impl_->sub_lag_events.Remove(&impl_->sub_lag_events.Add(labels));
+  impl_->sub_lag_seconds.Remove(&impl_->sub_lag_seconds.Add(labels));
+  for (const char* s : {"ACTIVE", "PAUSED", "FAILED"}) {
+    auto& gauge = impl_->sub_status.Add({{"subscription", std::string(name)}, {"status", s}});
+    impl_->sub_status.Remove(&gauge);
+  }
+}
 void PrometheusMetrics::record_stream_holdback(double seconds) {
   impl_->holdback.Set(seconds);
 }

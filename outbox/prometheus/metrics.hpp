@@ -46,6 +46,8 @@ class PrometheusMetrics final : public MetricsExporter {
   /// outbox_subscription_status{subscription,status} (1 for the current one).
   void record_subscription(std::string_view name, std::string_view status, std::int64_t lag_events,
                            double lag_seconds);
+  /// Removes the gauges of a subscription that no longer exists.
+  void forget_subscription(std::string_view name);
   /// outbox_statistics_events_total{publisher,event_type} (the statistics publisher).
   void record_statistics(std::string_view publisher, std::string_view event_type, std::int64_t n);
   /// outbox_stream_holdback_seconds.

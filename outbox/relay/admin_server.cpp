@@ -221,8 +221,12 @@ struct AdminServer::Impl {
       case Kind::Subscriptions:
         return json(200, handlers.subscriptions_json("").value_or("{}"));
       case Kind::Subscription:
-        if (auto body = handlers.subscriptions_json(route.id)) {
-          return json(200, std::move(*body));
+        try {
+          if (auto body = handlers.subscriptions_json(route.id)) {
+            return json(200, std::move(*body));
+          }
+        } catch (const std::invalid_argument& e) {  // a name no subscription can have
+          return json(400, json_error(e.what()));
         }
         return json(404, json_error("no subscription " + route.id));
       case Kind::SubscriptionAction: {

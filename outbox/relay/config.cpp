@@ -389,6 +389,7 @@ RelayConfig read(const toml::table& root, const std::string& source) {
 
   TableReader purge(sub_table(top, "purge"), "purge", source);
   purge.boolean("enabled", c.purge.enabled);
+  purge.boolean("include_pending", c.purge.include_pending);
   purge.duration("retention", c.purge.retention, seconds(1), days(3650));
   purge.duration("interval", c.purge.interval, seconds(1), days(30));
   purge.finish();
@@ -440,6 +441,11 @@ RelayConfig read(const toml::table& root, const std::string& source) {
       (routes != nullptr && (!routes->is_array_of_tables() || routes->as_array()->empty()))) {
     top.fail(routes ? *routes : static_cast<const toml::node&>(root),
              "at least one [[routes]] or [[subscriptions]] entry is required");
+  }
+  if (c.purge.include_pending && routes != nullptr) {
+    top.fail(*routes,
+             "purge.include_pending deletes rows [[routes]] have not delivered: it is for "
+             "tables only subscriptions read");
   }
   static const toml::array kNoRoutes;
   for (const auto& node : routes ? *routes->as_array() : kNoRoutes) {

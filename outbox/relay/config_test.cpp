@@ -149,6 +149,8 @@ TEST(RelayConfig, ErrorsNameTheLine) {
   expect_error(head + "[publishers.k]\ntype = \"kafka\"\nbrokers = \"b:1\"\n" +
                    "[[subscriptions]]\nname = \"s\"\npublisher = \"k\"\n",
                "8:", "subscriptions.target (topic or URL) is required");
+  expect_error(head + route + "[purge]\nenabled = true\ninclude_pending = true\n",
+               "5:", "purge.include_pending deletes rows [[routes]] have not delivered");
   expect_error(head + sub + "[stream]\nmax_lag_retention = \"forever\"\n", "9:", "not a duration");
   expect_error("[publishers.p]\ntype = \"log\"\n" + route, "1:1:", "database.url is required");
   EXPECT_THROW(load_config("/nonexistent/relay.toml"), ConfigError);

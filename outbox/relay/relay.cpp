@@ -340,10 +340,18 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
     impl_->build_outbox();
   } else if (c.purge.enabled) {
     auto conn = impl_->pool->acquire();
+    if (!c.purge.include_pending) {
+      log(LogLevel::Warning,
+          "purge.enabled without [[routes]] deletes only DONE and DEAD rows: rows only "
+          "subscriptions read stay NEW; set purge.include_pending = true when no process delivers "
+          "this table in claim mode");
+    }
     impl_->stream_purge = std::make_unique<OutboxPurgeScheduler>(OutboxPurgeScheduler::Options{
         .connection_provider = impl_->pool,
-        .purger = std::make_shared<StreamOnlyPurger>(engine_for(conn->dialect()).dialect(),
-                                                     c.database.table),
+        .purger = c.purge.include_pending
+                      ? std::shared_ptr<EventPurger>(std::make_shared<StreamOnlyPurger>(
+                            engine_for(conn->dialect()).dialect(), c.database.table))
+                      : detect_purger(*conn, c.database.table),
         .retention = std::chrono::duration_cast<std::chrono::seconds>(c.purge.retention),
         .interval = c.purge.interval});
   }
@@ -381,15 +389,16 @@ void Relay::start() {
   if (impl_->admin) {
     impl_->admin->start();
   }
+  // Subscriptions first: a new one must exist (and hold its rows) before any purge runs.
+  if (impl_->stream_mode) {
+    impl_->stream_leases->start();
+    impl_->stream_mode->start();
+  }
   if (impl_->outbox) {
     impl_->outbox->start();
   }
   if (impl_->stream_purge) {
     impl_->stream_purge->start();
-  }
-  if (impl_->stream_mode) {
-    impl_->stream_leases->start();
-    impl_->stream_mode->start();
   }
   log(LogLevel::Info, "relay started: " + std::to_string(impl_->config.routes.size()) +
                           " routes, " + std::to_string(impl_->config.subscriptions.size()) +

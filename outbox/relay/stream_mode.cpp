@@ -27,6 +27,7 @@ struct StreamMode::Impl {
   std::unique_ptr<SubscriptionRunner> runner;
   mutable std::mutex lagging_mutex;  // guards lagging
   std::set<std::string, std::less<>> lagging;
+  std::set<std::string, std::less<>> exported;        // the monitor thread's own: names with gauges
   std::unique_ptr<internal::PeriodicWorker> monitor;  // last: stopped first
 
   void fill(StreamReport& report) const {
@@ -52,8 +53,9 @@ struct StreamMode::Impl {
       const auto now = Clock::system()->now();
       metrics->record_stream_holdback(
           report.holdback ? std::chrono::duration<double>(report.holdback->age).count() : 0.0);
-      std::set<std::string, std::less<>> late;
+      std::set<std::string, std::less<>> late, seen;
       for (const auto& r : report.subscriptions) {
+        seen.insert(r.state.spec.name);
         const auto& name = r.state.spec.name;
         const double lag_seconds =
             r.lag.oldest_unread
@@ -79,6 +81,12 @@ struct StreamMode::Impl {
           log(LogLevel::Warning, message);
         }
       }
+      for (const auto& gone : exported) {
+        if (!seen.contains(gone)) {
+          metrics->forget_subscription(gone);  // removed: its gauges go with it
+        }
+      }
+      exported = std::move(seen);
       std::lock_guard lock(lagging_mutex);
       lagging = std::move(late);
     } catch (const std::exception& e) {
@@ -103,6 +111,14 @@ StreamMode::StreamMode(const RelayConfig& config, std::shared_ptr<sql::Connectio
                                 .leases = std::move(leases),
                                 .metrics = metrics};
   for (const auto& s : config.subscriptions) {
+    // Publishers that send one event after another get them one at a time, so the lease is checked
+    // before each send and a failure stops the batch before later events go out (order kept).
+    int chunk = 0;
+    for (const auto& p : config.publishers) {
+      if (p.name == s.publisher && p.type == PublisherConfig::Type::Http) {
+        chunk = p.batch ? static_cast<int>(p.batch_size) : 1;
+      }
+    }
     SubscriptionRunner::Subscription sub{
         .spec = {.name = s.name,
                  .filter = {s.event_types, s.aggregate_types, s.required_tags, s.any_of_tags},
@@ -116,7 +132,8 @@ StreamMode::StreamMode(const RelayConfig& config, std::shared_ptr<sql::Connectio
                      .backoff_max = s.backoff_max,
                      .max_errors = s.max_errors,
                      .retry_base = s.retry_base,
-                     .retry_max = s.retry_max},
+                     .retry_max = s.retry_max,
+                     .publish_chunk = chunk},
         .start_at_end = s.start_at_end,
         .target = [target = s.target](const EventEnvelope& e) { return expand_target(target, e); },
     };

@@ -7,6 +7,7 @@
 #include "outbox/json_codec.hpp"
 #include "outbox/relay/internal/json_text.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/store.hpp"
 
 namespace outbox::relay {
 namespace {
@@ -58,7 +59,8 @@ Timestamp parse_rfc3339(std::string_view text) {
       throw std::invalid_argument("layout");
     }
     std::tm tm{};
-    tm.tm_year = digits(text, 0, 4) - 1900;
+    const int year = digits(text, 0, 4);
+    tm.tm_year = year - 1900;
     tm.tm_mon = digits(text, 5, 2) - 1;
     tm.tm_mday = digits(text, 8, 2);
     tm.tm_hour = digits(text, 11, 2);
@@ -94,7 +96,21 @@ Timestamp parse_rfc3339(std::string_view text) {
     } else {
       throw std::invalid_argument("zone");
     }
+    const std::tm asked = tm;
     const std::int64_t seconds = static_cast<std::int64_t>(timegm(&tm)) - offset;
+    // timegm normalizes (February 31st becomes March 3rd): a date it changed did not exist.
+    if (tm.tm_mday != asked.tm_mday || tm.tm_mon != asked.tm_mon) {
+      throw std::invalid_argument("no such date");
+    }
+    // Timestamps count nanoseconds in 64 bits: 1677-09-21 to 2262-04-11. Beyond, the nearest end
+    // (a rewind "to 9999" means after everything, "to 1600" before everything).
+    constexpr std::int64_t kMin = -9223372036LL + 1, kMax = 9223372036LL - 1;
+    if (year < 1678 || seconds < kMin) {
+      return from_micros(kMin * 1000000);
+    }
+    if (year > 2261 || seconds > kMax) {
+      return from_micros(kMax * 1000000);
+    }
     return from_micros(seconds * 1000000 + micros);
   } catch (const std::invalid_argument&) {
     throw std::invalid_argument("'" + std::string(text.substr(0, 64)) +
@@ -149,6 +165,8 @@ std::string to_json(const SubscriptionReport& r, Timestamp now) {
   out += ",\"delivered\":" + std::to_string(st.delivered) + ",\"last_delivered_at\":";
   append_optional(out, st.last_delivered_at ? std::optional(format_rfc3339(*st.last_delivered_at))
                                             : std::nullopt);
+  out += ",\"problem\":";
+  append_optional(out, st.problem);
   out += ",\"released_at\":";
   append_optional(out,
                   st.released_at ? std::optional(format_rfc3339(*st.released_at)) : std::nullopt);
@@ -222,13 +240,27 @@ StreamPosition rewind_target(sql::Connection& conn, StreamStore& stream, std::st
   if (to.size() >= 20 && to[4] == '-') {
     return stream.position_before(conn, parse_rfc3339(to));
   }
+  const std::string form = stream.positions_have_xid() ? "\"xid:seq\"" : "\"seq\"";
+  StreamPosition p;
   try {
-    return StreamPosition::parse(to);
+    p = StreamPosition::parse(to);
   } catch (const std::invalid_argument&) {
-    throw std::invalid_argument("rewind target '" + std::string(to.substr(0, 64)) +
-                                "' is not start, end, an RFC 3339 time or a position "
-                                "(\"seq\" or \"xid:seq\")");
+    throw std::invalid_argument("rewind target '" + sanitize_utf8(to.substr(0, 64)) +
+                                "' is not start, end, an RFC 3339 time or a position (" + form +
+                                ")");
   }
+  // A position the stream cannot have would stop the subscription for good (beyond the head) or
+  // be read as another one (a seq alone on PostgreSQL, an xid elsewhere).
+  if ((p.xid != 0) != stream.positions_have_xid() && p != StreamPosition{}) {
+    throw std::invalid_argument("positions of this stream are " + form + ", not '" + p.to_string() +
+                                "'");
+  }
+  const auto head = stream.head(conn);
+  if (p > head) {
+    throw std::invalid_argument("position " + p.to_string() + " is beyond the stream's head (" +
+                                head.to_string() + ")");
+  }
+  return p;
 }
 
 std::optional<SubscriptionState> apply_subscription_action(sql::Connection& conn,

@@ -103,6 +103,9 @@ void SqlStreamStore::check(Connection&) {}
 
 bool SqlStreamStore::create(Connection& conn, const SubscriptionSpec& spec, StreamPosition start) {
   validate_subscription_name(spec.name);
+  if (spec.publisher.empty()) {
+    throw std::invalid_argument("subscription " + spec.name + ": a publisher is required");
+  }
   spec.filter.validate();
   const std::string filter = spec.filter.to_json();
   auto s = statement();
@@ -169,7 +172,7 @@ std::vector<SubscriptionState> SqlStreamStore::select(Connection& conn, std::str
     try {
       st.spec.filter = SubscriptionFilter::from_json(row.get_text(1));
     } catch (const std::invalid_argument& e) {
-      throw StoreError("subscription " + st.spec.name + ": filter column: " + e.what());
+      st.problem = std::string("filter column: ") + e.what();
     }
     st.spec.publisher = row.get_text(2);
     st.spec.target = row.get_text(3);
