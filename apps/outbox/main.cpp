@@ -265,7 +265,13 @@ int main(int argc, char** argv) {
       auto conn = pool->acquire();
       auto store = detect_store(*conn, status_db.table);
       const auto leases = detect_lease_store(*conn, status_db.table);
-      const auto report = relay::read_status(*conn, *store, Clock::system()->now(), leases.get());
+      auto report = relay::read_status(*conn, *store, Clock::system()->now(), leases.get());
+      try {
+        const auto stream = detect_stream_store(*conn, status_db.table);
+        report.stream = relay::read_stream(*conn, *stream, leases.get());
+      } catch (const StoreError&) {
+        // A table before schema version 4 has no stream: the rest of the report stands.
+      }
       std::fputs(
           status_json ? (relay::to_json(report) + "\n").c_str() : relay::to_text(report).c_str(),
           stdout);

@@ -94,6 +94,9 @@ std::string to_json(const StatusReport& r) {
     append_json_string(out, r.relay->owner);
     out += std::string(",\"leader\":") + (r.relay->leader ? "true" : "false") + "}";
   }
+  if (r.stream) {
+    out += ",\"stream\":" + to_json(*r.stream);
+  }
   out += "}";
   return out;
 }
@@ -139,6 +142,9 @@ std::string to_text(const StatusReport& r) {
   if (r.relay) {
     out += "this relay: " + r.relay->mode + ", owner " + r.relay->owner +
            (r.relay->leader ? ", leader\n" : "\n");
+  }
+  if (r.stream) {
+    out += to_text(*r.stream);
   }
   return out;
 }

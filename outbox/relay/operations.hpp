@@ -11,6 +11,7 @@
 
 #include "outbox/clock.hpp"
 #include "outbox/lease.hpp"
+#include "outbox/relay/subscription_ops.hpp"
 #include "outbox/store.hpp"
 
 namespace outbox::relay {
@@ -29,6 +30,8 @@ struct StatusReport {
     bool leader = false;  ///< standby mode: this relay holds the lease "leader" now
   };
   std::optional<RelayView> relay;
+  /// The stream (head, what holds it back) and every subscription; nullopt when not read.
+  std::optional<StreamReport> stream;
 };
 
 /// Reads the report (the leases through `leases` when given). Throws outbox::StoreError.
@@ -36,7 +39,8 @@ StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp no
                          LeaseStore* leases = nullptr);
 /// {"new":…,"done":…,"retry":…,"dead":…,"oldest_pending_age_seconds":…|null,"dead_by_type":{…},
 /// "leases":[{"name","owner","epoch","live","acquired_at","renewed_at","expires_at"}]|null,
-/// "relay":{"mode","owner","leader"} (from a running relay)}
+/// "relay":{"mode","owner","leader"} (from a running relay), "stream":{…} (as
+/// subscription_ops' to_json, when read)}
 std::string to_json(const StatusReport& report);
 /// Aligned lines for a terminal.
 std::string to_text(const StatusReport& report);

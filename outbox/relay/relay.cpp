@@ -260,6 +260,9 @@ struct Relay::Impl {
           StatusReport::RelayView{.mode = leases ? "standby" : "active",
                                   .owner = owner,
                                   .leader = leases && leases->token("leader").has_value()};
+      if (stream_mode) {
+        report.stream = stream_mode->report();
+      }
       return to_json(report);
     };
     auto dead = std::make_shared<DeadEventManager>(pool, store);
