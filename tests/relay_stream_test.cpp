@@ -315,6 +315,24 @@ TEST_P(RelayStream, APurgeWithoutRoutesKeepsWhatANewSubscriptionWillRead) {
   EXPECT_EQ(relays_["r1"]->terminate(), 0);
 }
 
+TEST_P(RelayStream, RowsWrittenWithSqlThatCannotRunAreListedWithTheReasonNotHidden) {
+  ASSERT_EQ(run_cli(dir_, cli("subscriptions add good --publisher hooks")).exit_code, 0);
+  const auto table = sql::subscription_table_name(table_);
+  auto conn = pool_->acquire();
+  conn->execute("INSERT INTO " + table +
+                " (name, filter, publisher, target) VALUES ('bad name', '{}', 'hooks', '')");
+  conn->execute("INSERT INTO " + table +
+                " (name, filter, publisher, target) VALUES ('bad-filter', '[1]', 'hooks', '')");
+  const auto listed = run_cli(dir_, cli("subscriptions list"));
+  ASSERT_EQ(listed.exit_code, 0) << listed.err;
+  EXPECT_NE(listed.out.find("good"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find("not run: name"), std::string::npos) << listed.out;
+  EXPECT_NE(listed.out.find("not run: filter column"), std::string::npos) << listed.out;
+  const auto json = run_cli(dir_, cli("status --json"));
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_NE(json.out.find("\"problem\":\"filter column"), std::string::npos) << json.out;
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, RelayStream, testing::all_engines(), testing::engine_name);
 
 }  // namespace

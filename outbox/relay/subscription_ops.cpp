@@ -66,6 +66,9 @@ Timestamp parse_rfc3339(std::string_view text) {
     tm.tm_hour = digits(text, 11, 2);
     tm.tm_min = digits(text, 14, 2);
     tm.tm_sec = digits(text, 17, 2);
+    // A leap second (:60) is the second after :59.
+    const int leap = tm.tm_sec == 60 ? 1 : 0;
+    tm.tm_sec -= leap;
     if (tm.tm_mon > 11 || tm.tm_mday < 1 || tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 ||
         tm.tm_sec > 60) {
       throw std::invalid_argument("range");
@@ -91,13 +94,17 @@ Timestamp parse_rfc3339(std::string_view text) {
       offset = 0;
     } else if (pos + 6 == text.size() && (text[pos] == '+' || text[pos] == '-') &&
                text[pos + 3] == ':') {
-      offset = (digits(text, pos + 1, 2) * 60 + digits(text, pos + 4, 2)) * 60;
+      const int hours = digits(text, pos + 1, 2), minutes = digits(text, pos + 4, 2);
+      if (hours > 23 || minutes > 59) {
+        throw std::invalid_argument("offset");
+      }
+      offset = (hours * 60 + minutes) * 60;
       offset = text[pos] == '-' ? -offset : offset;
     } else {
       throw std::invalid_argument("zone");
     }
     const std::tm asked = tm;
-    const std::int64_t seconds = static_cast<std::int64_t>(timegm(&tm)) - offset;
+    const std::int64_t seconds = static_cast<std::int64_t>(timegm(&tm)) - offset + leap;
     // timegm normalizes (February 31st becomes March 3rd): a date it changed did not exist.
     if (tm.tm_mday != asked.tm_mday || tm.tm_mon != asked.tm_mon) {
       throw std::invalid_argument("no such date");
@@ -135,7 +142,11 @@ StreamReport read_stream(sql::Connection& conn, StreamStore& stream, LeaseStore*
     SubscriptionReport r;
     r.lag = stream.lag(conn, st.cursor);
     if (leases != nullptr) {
-      r.lease = leases->find(conn, "sub:" + st.spec.name);
+      try {
+        r.lease = leases->find(conn, "sub:" + st.spec.name);
+      } catch (const std::invalid_argument& e) {  // a row written with SQL under a bad name
+        st.problem = std::string("name: ") + e.what();
+      }
     }
     r.state = std::move(st);
     report.subscriptions.push_back(std::move(r));
@@ -216,7 +227,9 @@ std::string to_text(const StreamReport& report) {
   for (const auto& r : report.subscriptions) {
     const auto& st = r.state;
     std::string note = r.lease && r.lease->live ? r.lease->owner.value_or("") : "-";
-    if (st.last_error) {
+    if (st.problem) {
+      note += " / not run: " + st.problem->substr(0, 120);
+    } else if (st.last_error) {
       note += " / " + st.last_error->substr(0, 120);
     }
     std::snprintf(

@@ -9,7 +9,9 @@ TEST(ParseRfc3339, ReadsZonesAndFractionsAndRefusesDatesThatDoNotExist) {
   EXPECT_EQ(to_micros(parse_rfc3339("1970-01-01T00:00:01Z")), 1000000);
   EXPECT_EQ(to_micros(parse_rfc3339("1970-01-01T01:00:00.5+01:00")), 500000);
   EXPECT_EQ(to_micros(parse_rfc3339("1970-01-01T00:00:00.000001Z")), 1);
+  EXPECT_EQ(parse_rfc3339("2016-12-31T23:59:60Z"), parse_rfc3339("2017-01-01T00:00:00Z"));
   for (const char* bad : {"2026-02-31T00:00:00Z", "2026-13-01T00:00:00Z", "2026-01-01T00:00:00",
+                          "2026-01-01T00:00:00+24:00", "2026-01-01T00:00:00+01:60",
                           "2026-01-01T00:00:00.Z", "yesterday", "2026-01-01T00:00:00+1:00"}) {
     EXPECT_THROW(parse_rfc3339(bad), std::invalid_argument) << bad;
   }
