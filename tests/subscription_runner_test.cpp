@@ -95,6 +95,21 @@ class SubscriptionRunnerTest : public StreamFixture {
                                   .payload_json("{}")
                                   .build());
   }
+  // A lease manager of one process on this table; started unless told otherwise.
+  std::shared_ptr<LeaseManager> lease_manager(const std::string& owner,
+                                              std::chrono::milliseconds ttl = 2s,
+                                              std::chrono::milliseconds renew = 300ms,
+                                              bool start = true) {
+    auto m = std::make_shared<LeaseManager>(LeaseManager::Options{.connection_provider = pool_,
+                                                                  .store = leases_,
+                                                                  .owner = owner,
+                                                                  .ttl = ttl,
+                                                                  .renew_interval = renew});
+    if (start) {
+      m->start();
+    }
+    return m;
+  }
   StreamPosition cursor(const std::string& name) {
     return stream_->find(*pool_->acquire(), name)->cursor;
   }
@@ -274,23 +289,14 @@ TEST_P(SubscriptionRunnerTest, ARowThatCannotBeDecodedStopsItThereUntilTheCursor
 }
 
 TEST_P(SubscriptionRunnerTest, TwoProcessesShareTheSubscriptionsAndOneTakesOverFromTheOther) {
-  auto manager = [&](const std::string& owner) {
-    auto m = std::make_shared<LeaseManager>(LeaseManager::Options{.connection_provider = pool_,
-                                                                  .store = leases_,
-                                                                  .owner = owner,
-                                                                  .ttl = 2s,
-                                                                  .renew_interval = 300ms});
-    m->start();
-    return m;
-  };
   std::vector<std::pair<SubscriptionSpec, std::shared_ptr<Recorder>>> a_subs, b_subs;
   for (int i = 0; i < 4; ++i) {
     const SubscriptionSpec spec{"s" + std::to_string(i), {}, "log", ""};
     a_subs.emplace_back(spec, std::make_shared<Recorder>());
     b_subs.emplace_back(spec, std::make_shared<Recorder>());
   }
-  auto a_leases = manager("node-a");
-  auto b_leases = manager("node-b");
+  auto a_leases = lease_manager("node-a");
+  auto b_leases = lease_manager("node-b");
   auto a = runner(a_subs, a_leases);
   auto b = runner(b_subs, b_leases);
   auto held = [](SubscriptionRunner& r) {
@@ -376,12 +382,7 @@ TEST_P(SubscriptionRunnerTest, AnEventThePublisherGaveNoResultForIsNotPassed) {
 }
 
 TEST_P(SubscriptionRunnerTest, ClosingTheRunnerGivesBackEveryLeaseItKept) {
-  auto leases = std::make_shared<LeaseManager>(LeaseManager::Options{.connection_provider = pool_,
-                                                                     .store = leases_,
-                                                                     .owner = "node-a",
-                                                                     .ttl = 30s,
-                                                                     .renew_interval = 1s});
-  leases->start();
+  auto leases = lease_manager("node-a", 30s, 1s);
   auto r = runner({{{"s", {}, "log", ""}, std::make_shared<Recorder>()}}, leases);
   auto live = [&](const std::string& name) {
     const auto info = leases_->find(*pool_->acquire(), name);
@@ -423,17 +424,8 @@ TEST_P(SubscriptionRunnerTest, ARestoredPostgresDatabaseStopsRunningSubscription
 }
 
 TEST_P(SubscriptionRunnerTest, ProcessesNamingDifferentSubscriptionsLeaveNoneUnrun) {
-  auto manager = [&](const std::string& owner) {
-    auto m = std::make_shared<LeaseManager>(LeaseManager::Options{.connection_provider = pool_,
-                                                                  .store = leases_,
-                                                                  .owner = owner,
-                                                                  .ttl = 2s,
-                                                                  .renew_interval = 300ms});
-    m->start();
-    return m;
-  };
-  auto a_leases = manager("node-a");
-  auto b_leases = manager("node-b");
+  auto a_leases = lease_manager("node-a");
+  auto b_leases = lease_manager("node-b");
   std::map<std::string, std::shared_ptr<Recorder>> rec;
   for (const char* n : {"s1", "s2", "s3"}) {
     rec[n] = std::make_shared<Recorder>();
@@ -484,11 +476,7 @@ class LeaseWatchingPublisher final : public Publisher {
 };
 
 TEST_P(SubscriptionRunnerTest, ABatchStopsBetweenEventsOnceTheLeaseIsNoLongerHeld) {
-  auto leases = std::make_shared<LeaseManager>(LeaseManager::Options{.connection_provider = pool_,
-                                                                     .store = leases_,
-                                                                     .owner = "node-a",
-                                                                     .ttl = 1s,
-                                                                     .renew_interval = 300ms});
+  auto leases = lease_manager("node-a", 1s, 300ms, false);
   for (int i = 0; i < 5; ++i) {
     write("h" + std::to_string(i));
   }
