@@ -6,6 +6,7 @@
 
 #include "outbox/clock.hpp"
 #include "outbox/errors.hpp"
+#include "outbox/groups.hpp"
 #include "outbox/in_flight_tracker.hpp"
 #include "outbox/interceptor.hpp"
 #include "outbox/internal/claim_heartbeat.hpp"
@@ -18,6 +19,7 @@
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
 #include "outbox/retry_policy.hpp"
+#include "outbox/sql/connection.hpp"
 #include "outbox/store.hpp"
 
 namespace outbox {
@@ -69,6 +71,12 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
     throw std::invalid_argument(
         "OutboxDispatcher: claim_timeout must be positive with claim_owner");
   }
+  if (options_.max_concurrent_groups > 0 &&
+      (options_.ordered || !options_.partition_held || !options_.group_store)) {
+    throw std::invalid_argument(
+        "OutboxDispatcher: max_concurrent_groups needs partition_held and group_store, and is "
+        "not for ordered mode");
+  }
   if (options_.ordered && (options_.worker_count != 1 || options_.max_batch_size != 1)) {
     throw std::invalid_argument(
         "OutboxDispatcher: ordered needs worker_count = 1 and max_batch_size = 1");
@@ -90,7 +98,12 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
   if (!options_.metrics) {
     options_.metrics = MetricsExporter::noop();
   }
-  queue_ = internal::make_fair_queues(options_.hot_queue_capacity, options_.cold_queue_capacity);
+  queue_ =
+      options_.max_concurrent_groups > 0
+          ? internal::make_keyed_scheduler(options_.hot_queue_capacity,
+                                           options_.cold_queue_capacity,
+                                           options_.max_concurrent_groups)
+          : internal::make_fair_queues(options_.hot_queue_capacity, options_.cold_queue_capacity);
   ledger_ = std::make_unique<internal::DeliveryLedger>(*options_.in_flight_tracker,
                                                        !options_.claim_owner.empty());
   status_writer_ = std::make_unique<internal::StatusWriter>(options_.connection_provider,
@@ -203,13 +216,17 @@ bool OutboxDispatcher::claim_lapsed(const QueuedEvent& event) const {
 OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, bool reserved) {
   const bool hot = event.source == QueuedEvent::Source::Hot;
   event.batchable = false;
+  event.batch_key = nullptr;
   if (options_.max_batch_size > 1) {
     try {  // looked up here, outside the queue lock: it is the caller's code
-      event.batchable =
-          options_.listeners->batch_listener_for(event.envelope.aggregate_type(),
-                                                 event.envelope.event_type()) != nullptr;
+      event.batch_key =
+          options_.listeners
+              ->batch_listener_for(event.envelope.aggregate_type(), event.envelope.event_type())
+              .get();
+      event.batchable = event.batch_key != nullptr;
     } catch (const std::exception&) {
       event.batchable = false;  // process_batch logs the failure when it looks again
+      event.batch_key = nullptr;
     }
   }
   int hot_depth;
@@ -228,7 +245,7 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, boo
       return EnqueueResult::Refused;
     }
     if (!hot) {
-      switch (ledger_->check_cold(id, event.scan_token)) {
+      switch (ledger_->check_cold(id, event.scan_token, event.envelope.message_group())) {
         case internal::DeliveryLedger::ColdCheck::CompletedDuringScan:
           return EnqueueResult::Duplicate;  // its row was read while still pending
         case internal::DeliveryLedger::ColdCheck::ScanInvalidated:
@@ -241,6 +258,10 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, boo
     }
     if (!reserved && !ledger_->acquire(id)) {
       return EnqueueResult::Duplicate;  // already queued or being processed here
+    }
+    if (event.partition && options_.max_concurrent_groups > 0) {
+      partition_of_.emplace(id, *event.partition);
+      ++partition_load_[*event.partition];
     }
     queue_->push(std::move(event));
     hot_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Hot));
@@ -313,6 +334,8 @@ void OutboxDispatcher::close() {
   for (auto& e : queue_->clear()) {
     ledger_->release(e.envelope.event_id());
   }
+  partition_of_.clear();
+  partition_load_.clear();
   lock.unlock();
   if (!drained) {
     log(LogLevel::Warning, "OutboxDispatcher: drain timeout; " + std::to_string(left) +
@@ -325,32 +348,43 @@ void OutboxDispatcher::worker_loop() {
     std::vector<QueuedEvent> events;
     std::vector<std::string> lapsed;
     std::vector<std::string> idle;
+    std::optional<std::string> group;
     int hot_depth;
     int cold_depth;
     {
       std::unique_lock lock(queue_mutex_);
-      work_ready_.wait(lock, [&] { return abandon_ || closing_ || !queue_->empty(); });
-      if (abandon_ || queue_->empty()) {
-        if (closing_) {
+      work_ready_.wait(
+          lock, [&] { return abandon_ || (closing_ && queue_->empty()) || queue_->ready(); });
+      if (abandon_ || !queue_->ready()) {
+        if (closing_ && (abandon_ || queue_->empty())) {
           drained_.notify_all();
           return;
         }
         continue;
       }
       // Asked after the wait, not before: a worker that slept through the lease being gained
-      // would drop the events it wakes up for. (The predicate only takes the lease manager's own
+      // would drop the events it wakes up for. (The predicates only take the lease manager's own
       // lock, which is never held while calling into a dispatcher.)
       const bool act = acting();
-      for (auto& e : queue_->take(options_.max_batch_size)) {
-        if (!act) {
+      auto taken = queue_->take(options_.max_batch_size);
+      if (!taken.empty() && taken.front().envelope.message_group()) {
+        group = *taken.front().envelope.message_group();
+      }
+      bool stop = false;  // a group's later events never run after one that was left
+      for (auto& e : taken) {
+        if (!act || stop ||
+            (e.partition && options_.partition_held && !options_.partition_held(*e.partition))) {
           idle.push_back(e.envelope.event_id());
+          stop = group.has_value();
         } else if (claim_lapsed(e)) {
           lapsed.push_back(e.envelope.event_id());
+          stop = group.has_value();
         } else {
           ledger_->running(e.envelope.event_id());
           events.push_back(std::move(e));
         }
       }
+      max_active_groups_ = std::max(max_active_groups_, queue_->active_groups());
       expired_dropped_ += lapsed.size();
       inactive_dropped_ += idle.size();
       hot_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Hot));
@@ -375,15 +409,75 @@ void OutboxDispatcher::worker_loop() {
         finish(id);
       }
     }
-    if (events.empty()) {
-      continue;
+    bool go_on = lapsed.empty() && idle.empty();
+    if (!events.empty()) {
+      go_on = (events.size() == 1 ? process(events.front()) : process_batch(events)) && go_on;
     }
-    if (events.size() == 1) {
-      process(events.front());
-    } else {
-      process_batch(events);
+    if (group) {
+      end_group(*group, go_on);
     }
   }
+}
+
+void OutboxDispatcher::end_group(const std::string& group, bool go_on) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    auto dropped = queue_->end_group(group, !go_on);
+    for (const auto& e : dropped) {
+      forget(e.envelope.event_id());
+    }
+    if (!go_on) {
+      // A scan that read the rows behind the failed head before it failed must not queue them:
+      // they wait in the table until the head is done.
+      ledger_->invalidate_group(group);
+    }
+    if (queue_->empty()) {
+      drained_.notify_all();
+    }
+  }
+  work_ready_.notify_all();  // the group may be taken again, or the cap has room
+}
+
+void OutboxDispatcher::forget(const std::string& event_id) {
+  ledger_->finish(event_id);
+  const auto it = partition_of_.find(event_id);
+  if (it != partition_of_.end()) {
+    if (--partition_load_[it->second] == 0) {
+      partition_load_.erase(it->second);
+    }
+    partition_of_.erase(it);
+  }
+}
+
+bool OutboxDispatcher::group_busy(const std::string& group) const {
+  std::lock_guard lock(queue_mutex_);
+  return queue_->group_busy(group);
+}
+
+std::size_t OutboxDispatcher::partition_load(int partition) const {
+  std::lock_guard lock(queue_mutex_);
+  const auto it = partition_load_.find(partition);
+  return it == partition_load_.end() ? 0 : it->second;
+}
+
+void OutboxDispatcher::drop_partition(int partition) {
+  std::lock_guard lock(queue_mutex_);
+  for (const auto& e : queue_->drop_partition(partition)) {
+    forget(e.envelope.event_id());
+  }
+  if (queue_->empty()) {
+    drained_.notify_all();
+  }
+}
+
+std::size_t OutboxDispatcher::active_groups() const {
+  std::lock_guard lock(queue_mutex_);
+  return queue_->active_groups();
+}
+
+std::size_t OutboxDispatcher::max_active_groups_seen() const {
+  std::lock_guard lock(queue_mutex_);
+  return max_active_groups_;
 }
 
 bool OutboxDispatcher::run_before(const EventEnvelope& event, DeliveryResult& failure) {
@@ -421,7 +515,7 @@ DeliveryResult OutboxDispatcher::run_listener(const EventEnvelope& event) {
   }
 }
 
-void OutboxDispatcher::process(QueuedEvent& queued) {
+bool OutboxDispatcher::process(QueuedEvent& queued) {
   const EventEnvelope& event = queued.envelope;
   for (;;) {
     DeliveryResult result = run_listener(event);
@@ -443,14 +537,13 @@ void OutboxDispatcher::process(QueuedEvent& queued) {
       // Closing, or the lease went to another process meanwhile: this row and every later one
       // stay pending, to be delivered in order after a restart or by the lease's holder.
       drop_queued(event.event_id());
-      return;
+      return false;
     }
-    complete(queued, result);
-    return;
+    return complete(queued, result);
   }
 }
 
-void OutboxDispatcher::complete(QueuedEvent& queued, const DeliveryResult& result) {
+bool OutboxDispatcher::complete(QueuedEvent& queued, const DeliveryResult& result) {
   const EventEnvelope& event = queued.envelope;
   for (auto it = options_.interceptors.rbegin(); it != options_.interceptors.rend(); ++it) {
     try {
@@ -470,7 +563,11 @@ void OutboxDispatcher::complete(QueuedEvent& queued, const DeliveryResult& resul
   // queue the same event again.
   if (change.outcome == Outcome::Done && !options_.ordered) {
     flusher_->add(event.event_id());  // counted as a success once its DONE mark is written
-    return;
+    return true;
+  }
+  if (change.outcome == Outcome::Dead && event.message_group() &&
+      options_.max_concurrent_groups > 0) {
+    return apply_group_policy(queued, change.message);
   }
   const bool written = status_writer_->write(event.event_id(), change);
   if (!written && options_.ordered) {
@@ -496,6 +593,65 @@ void OutboxDispatcher::complete(QueuedEvent& queued, const DeliveryResult& resul
           "event " + event.event_id() + " (" + event.event_type() + ") is DEAD: " + change.message);
       break;
   }
+  return change.outcome == Outcome::Done && written;
+}
+
+bool OutboxDispatcher::apply_group_policy(const QueuedEvent& queued, const std::string& message) {
+  const EventEnvelope& event = queued.envelope;
+  const std::string& group = *event.message_group();
+  GroupFailurePolicy policy = GroupFailurePolicy::Block;
+  if (options_.group_failure_policy) {
+    try {
+      policy = options_.group_failure_policy(event);
+    } catch (const std::exception& e) {
+      log(LogLevel::Warning, std::string("group_failure_policy threw (blocking): ") + e.what());
+    }
+  }
+  const std::string what = "event " + event.event_id() + " (" + event.event_type() +
+                           ") of message group '" + group + "' failed for good: " + message;
+  bool written = false;
+  bool go_on = false;
+  try {
+    auto conn = options_.connection_provider->acquire();
+    const auto now = options_.clock->now();
+    switch (policy) {
+      case GroupFailurePolicy::Skip:
+        written = options_.store->mark_dead(*conn, event.event_id(), now, message, true,
+                                            options_.claim_owner) == 1;
+        go_on = written;
+        log(LogLevel::Error, what + "; DEAD, the group goes on (skip)");
+        break;
+      case GroupFailurePolicy::Block:
+        written = options_.group_store->block(*conn, event.event_id(), group, message, now,
+                                              options_.claim_owner);
+        log(LogLevel::Error, what +
+                                 "; the group is blocked until an operator acts (outbox "
+                                 "groups retry|skip-head|dead-letter)");
+        break;
+      case GroupFailurePolicy::DeadLetterGroup: {
+        const int dead = options_.group_store->dead_letter(*conn, event.event_id(), group, message,
+                                                           now, options_.claim_owner);
+        written = dead > 0;
+        log(LogLevel::Error, what + "; it and the group's " +
+                                 std::to_string(std::max(0, dead - 1)) +
+                                 " pending events are DEAD (dead_letter_group)");
+        break;
+      }
+    }
+  } catch (const std::exception& e) {
+    log(LogLevel::Error, what + "; recording it failed (the row stays pending): " + e.what());
+  }
+  if (!written) {
+    log(LogLevel::Warning,
+        "event " + event.event_id() + ": its claim was lost before the group policy was recorded");
+  }
+  finish(event.event_id());
+  if (policy == GroupFailurePolicy::Block) {
+    options_.metrics->increment_dispatch_failure();
+  } else {
+    options_.metrics->increment_dispatch_dead();
+  }
+  return go_on;
 }
 
 void OutboxDispatcher::on_done_batch(const std::vector<std::string>& ids, bool written) {
@@ -513,9 +669,9 @@ void OutboxDispatcher::drop_queued(const std::string& head_id) {
   // redelivery (neither one that read the queue before, nor one that starts in between).
   std::lock_guard lock(queue_mutex_);
   for (auto& e : queue_->clear()) {
-    ledger_->finish(e.envelope.event_id());
+    forget(e.envelope.event_id());
   }
-  ledger_->finish(head_id);
+  forget(head_id);
   ledger_->invalidate_scans();
 }
 
@@ -534,7 +690,7 @@ std::vector<std::string> OutboxDispatcher::held_claims() {
 
 void OutboxDispatcher::finish(const std::string& event_id) {
   std::lock_guard lock(queue_mutex_);
-  ledger_->finish(event_id);
+  forget(event_id);
 }
 
 }  // namespace outbox

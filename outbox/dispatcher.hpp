@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "outbox/clock.hpp"
@@ -31,6 +32,8 @@ class InFlightTracker;
 class RetryPolicy;
 class MetricsExporter;
 class EventInterceptor;
+class GroupStore;
+enum class GroupFailurePolicy;
 namespace internal {
 class DispatchQueue;
 class DeliveryLedger;
@@ -94,6 +97,19 @@ class OutboxDispatcher {
     /// worker takes otherwise is left in the table unprocessed, and the hot path hands nothing
     /// over (see acting()).
     std::function<bool()> active;
+    /// Message groups (docs/groups.md), > 0 turns them on: a group's events run one take at a
+    /// time in queue order, at most this many groups at once; after an event of a group fails,
+    /// the group's waiting events are dropped (the poller brings them back behind their head).
+    /// 0: message groups are not scheduled apart. Not with ordered.
+    std::size_t max_concurrent_groups = 0;
+    /// Message groups: an event of a partition is delivered only while this returns true for it
+    /// (its partition lease is held); otherwise it is left in the table. Required with groups.
+    std::function<bool(int partition)> partition_held;
+    /// Message groups: records groups blocked or dead-lettered by their failure policy. Required
+    /// with groups.
+    std::shared_ptr<GroupStore> group_store;
+    /// Message groups: the policy for a head that failed for good; default Block.
+    std::function<GroupFailurePolicy(const EventEnvelope&)> group_failure_policy;
   };
 
   /// Validates (std::invalid_argument naming the field). Starts no thread: events queued before
@@ -136,6 +152,17 @@ class OutboxDispatcher {
   int in_memory() const;
   /// Free slots in the cold queue (0 when closing).
   int cold_queue_remaining_capacity() const;
+  /// Message groups: true while events of `group` wait or run here (the poller leaves the group).
+  bool group_busy(const std::string& group) const;
+  /// Message groups: events of `partition` held here (waiting, running, or waiting for their DONE
+  /// mark to be written). A partition is handed over only at 0.
+  std::size_t partition_load(int partition) const;
+  /// Message groups: drops the waiting events of `partition` (handed over); they stay in the
+  /// table for its next holder.
+  void drop_partition(int partition);
+  /// Message groups: groups running now, and the most ever running at once.
+  std::size_t active_groups() const;
+  std::size_t max_active_groups_seen() const;
   /// Marks the start of a poll cycle; returns a token for end_scan().
   std::uint64_t begin_scan();
   /// Ends the poll cycle started with `token`.
@@ -149,13 +176,22 @@ class OutboxDispatcher {
 
  private:
   void worker_loop();
-  void process(QueuedEvent& event);
+  // process, process_batch and complete return true when the event's group (if any) may go on.
+  bool process(QueuedEvent& event);
   // True, and the event left in the table unprocessed, when acting() is false now.
   bool left_for_holder(const QueuedEvent& queued);
-  void process_batch(std::vector<QueuedEvent>& events);
+  bool process_batch(std::vector<QueuedEvent>& events);
   DeliveryResult run_listener(const EventEnvelope& event);
   bool run_before(const EventEnvelope& event, DeliveryResult& failure);
-  void complete(QueuedEvent& queued, const DeliveryResult& result);
+  bool complete(QueuedEvent& queued, const DeliveryResult& result);
+  // A grouped event failed for good: applies its group's failure policy; true when the group
+  // may go on.
+  bool apply_group_policy(const QueuedEvent& queued, const std::string& message);
+  // After a worker ran a group's take: frees the group, dropping its waiting events unless
+  // `go_on`.
+  void end_group(const std::string& group, bool go_on);
+  // Releases an event from the ledger and the partition counts (queue lock held).
+  void forget(const std::string& event_id);
   void finish(const std::string& event_id);
   void on_done_batch(const std::vector<std::string>& ids, bool written);
   std::vector<std::string> held_claims();
@@ -173,6 +209,9 @@ class OutboxDispatcher {
   bool abandon_ = false;
   std::uint64_t expired_dropped_ = 0;
   std::uint64_t inactive_dropped_ = 0;
+  std::unordered_map<std::string, int> partition_of_;  // grouped events held here
+  std::unordered_map<int, std::size_t> partition_load_;
+  std::size_t max_active_groups_ = 0;
   std::unique_ptr<internal::StatusWriter> status_writer_;
   std::unique_ptr<internal::DoneFlusher> flusher_;
   std::unique_ptr<internal::ClaimHeartbeat> heartbeat_;

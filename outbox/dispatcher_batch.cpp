@@ -21,7 +21,7 @@ bool OutboxDispatcher::left_for_holder(const QueuedEvent& queued) {
   return true;
 }
 
-void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
+bool OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
   // Group by batch listener, keeping queue order within each group; events without one (or
   // whose lookup fails) go one by one.
   std::vector<std::pair<std::shared_ptr<const BatchEventListener>, std::vector<std::size_t>>>
@@ -50,11 +50,16 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
   // A batch takes a while: before each call it is asked again whether this process may still
   // deliver. One that lost its lease midway (paused, cut off) leaves the rest to the new holder.
   std::size_t left = 0;
+  bool go_on = true;
   for (auto& [listener, members] : groups) {
-    if (!acting()) {
+    const auto& first = events[members.front()];
+    if (!acting() || (first.partition && !options_.partition_held(*first.partition))) {
       for (std::size_t m : members) {
-        left += left_for_holder(events[m]) ? 1 : 0;
+        finish(events[m].envelope.event_id());
+        ++left;
       }
+      std::lock_guard lock(queue_mutex_);
+      inactive_dropped_ += members.size();
       continue;
     }
     std::vector<DeliveryResult> results(members.size());
@@ -82,20 +87,24 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
       }
     }
     for (std::size_t k = 0; k < members.size(); ++k) {
-      complete(events[members[k]], results[k]);
+      go_on = complete(events[members[k]], results[k]) && go_on;
     }
   }
   for (std::size_t i : singles) {
-    if (left_for_holder(events[i])) {
+    if (left > 0 && events[i].envelope.message_group()) {
+      finish(events[i].envelope.event_id());  // a group's events never run after one left
+      ++left;
+    } else if (left_for_holder(events[i])) {
       ++left;
     } else {
-      process(events[i]);
+      go_on = process(events[i]) && go_on;
     }
   }
   if (left > 0) {
     log(LogLevel::Info, "OutboxDispatcher: not acting (lease lost); " + std::to_string(left) +
                             " taken events left in the table");
   }
+  return go_on && left == 0;
 }
 
 }  // namespace outbox

@@ -17,10 +17,11 @@ DispatcherWriterHook::DispatcherWriterHook(OutboxDispatcher& dispatcher,
       lock_owner_(std::move(lock_owner)) {}
 
 namespace {
-// Delayed events go to the poller. Decided from the envelope alone so that after_write and
-// after_commit always agree on which events were reserved.
+// Delayed events go to the poller, and so do events of message groups (only a poll sees whether
+// an earlier event of the group is still pending). Decided from the envelope alone so that
+// after_write and after_commit always agree on which events were reserved.
 bool takes_hot_path(const EventEnvelope& e) {
-  return !e.available_at() || *e.available_at() <= e.occurred_at();
+  return (!e.available_at() || *e.available_at() <= e.occurred_at()) && !e.message_group();
 }
 }  // namespace
 

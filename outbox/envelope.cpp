@@ -177,6 +177,16 @@ EventEnvelope::Builder& EventEnvelope::Builder::tags(const Tags& tags) {
   }
   return *this;
 }
+EventEnvelope::Builder& EventEnvelope::Builder::message_group(std::string key) {
+  message_group_ = std::move(key);
+  group_by_aggregate_ = false;
+  return *this;
+}
+EventEnvelope::Builder& EventEnvelope::Builder::message_group_by_aggregate() {
+  message_group_.reset();
+  group_by_aggregate_ = true;
+  return *this;
+}
 EventEnvelope::Builder& EventEnvelope::Builder::payload_json(std::string json) {
   json_ = std::move(json);
   return *this;
@@ -192,6 +202,18 @@ EventEnvelope::Builder& EventEnvelope::Builder::available_at(Timestamp t) {
 EventEnvelope::Builder& EventEnvelope::Builder::deliver_after(std::chrono::microseconds delay) {
   deliver_after_ = delay;
   return *this;
+}
+
+int message_group_partition(std::string_view key) {
+  // Bitwise CRC-32: a key is short and this runs once per grouped write.
+  std::uint32_t crc = 0xFFFFFFFFu;
+  for (const char c : key) {
+    crc ^= static_cast<unsigned char>(c);
+    for (int k = 0; k < 8; ++k) {
+      crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+    }
+  }
+  return static_cast<int>((crc ^ 0xFFFFFFFFu) % kMessageGroupPartitions);
 }
 
 namespace {
@@ -259,6 +281,21 @@ EventEnvelope EventEnvelope::Builder::build() {
       check_text(("tag " + name.substr(0, 64)).c_str(), value, kMaxTagValueChars);
     }
   }
+  if (group_by_aggregate_) {
+    if (!aggregate_id_) {
+      throw std::invalid_argument(
+          "EventEnvelope: message_group_by_aggregate needs an aggregate id");
+    }
+    message_group_ = aggregate_type_.name() + ":" + *aggregate_id_;
+  }
+  if (message_group_) {
+    if (message_group_->empty()) {
+      throw std::invalid_argument("EventEnvelope: message group must not be empty");
+    }
+    if (!stored_) {
+      check_text("message group", *message_group_, kMaxMessageGroupChars);
+    }
+  }
   if (event_id_ && event_id_->empty()) {
     throw std::invalid_argument("EventEnvelope: event id must not be empty");
   }
@@ -309,6 +346,7 @@ EventEnvelope EventEnvelope::Builder::build() {
   data->tenant_id = std::move(tenant_id_);
   data->headers = std::make_shared<const Headers>(std::move(headers_));
   data->tags = std::make_shared<const Tags>(std::move(tags_));
+  data->message_group = std::move(message_group_);
   data->payload_is_json = json_.has_value();
   data->payload =
       std::make_shared<const std::string>(json_ ? std::move(*json_) : std::move(*bytes_));

@@ -37,6 +37,8 @@ class EventEnvelope {
   static constexpr std::size_t kMaxTagNameChars = 64;
   static constexpr std::size_t kMaxTagValueChars = 256;
   static constexpr std::size_t kMaxTags = 32;
+  /// Longest message group key, in characters.
+  static constexpr std::size_t kMaxMessageGroupChars = 200;
 
   /// Starts a builder for `type`.
   static Builder builder(EventType type);
@@ -54,6 +56,9 @@ class EventEnvelope {
   /// Names and values a subscription's filter selects on (e.g. "wallet_id" → "w-7"); not sent to
   /// brokers as headers.
   const Tags& tags() const noexcept { return *data_->tags; }
+  /// The key whose events are delivered one at a time in write order (see docs/groups.md);
+  /// nullopt: unordered.
+  const std::optional<std::string>& message_group() const noexcept { return data_->message_group; }
   /// When the event may first be delivered; nullopt means at once.
   const std::optional<Timestamp>& available_at() const noexcept { return data_->available_at; }
   /// True for a JSON payload, false for a bytes payload.
@@ -77,6 +82,7 @@ class EventEnvelope {
     std::optional<std::string> tenant_id;
     std::shared_ptr<const Headers> headers;
     std::shared_ptr<const Tags> tags;
+    std::optional<std::string> message_group;
     std::shared_ptr<const std::string> payload;
     bool payload_is_json = true;
     std::optional<Timestamp> available_at;
@@ -104,6 +110,12 @@ class EventEnvelope::Builder {
   Builder& tag(std::string name, std::string value);
   /// Adds every tag of `tags`.
   Builder& tags(const Tags& tags);
+  /// Puts the event in a message group: events of one key are delivered in order, one at a time.
+  /// At build: 1 to kMaxMessageGroupChars characters of UTF-8 without NUL.
+  Builder& message_group(std::string key);
+  /// message_group("<aggregate type>:<aggregate id>"), resolved at build; build throws
+  /// std::invalid_argument when the event has no aggregate id.
+  Builder& message_group_by_aggregate();
   /// Sets a JSON payload (must be valid UTF-8; its text is not otherwise parsed).
   Builder& payload_json(std::string json);
   /// Sets a binary payload.
@@ -131,11 +143,21 @@ class EventEnvelope::Builder {
   std::optional<std::string> tenant_id_;
   Headers headers_;
   Tags tags_;
+  std::optional<std::string> message_group_;
+  bool group_by_aggregate_ = false;
   std::optional<std::string> json_;
   std::optional<std::string> bytes_;
   std::optional<Timestamp> available_at_;
   std::optional<std::chrono::microseconds> deliver_after_;
 };
+
+/// Partitions message groups are spread over; fixed, since changing it would move groups between
+/// partitions (and relays) with events in flight.
+inline constexpr int kMessageGroupPartitions = 64;
+
+/// The partition of a message group: CRC-32 (IEEE 802.3, as zlib's crc32, Go's
+/// crc32.ChecksumIEEE and MariaDB's CRC32()) of the key's bytes, mod kMessageGroupPartitions.
+int message_group_partition(std::string_view key);
 
 /// Generates a monotonic ULID (26 Crockford base-32 characters). Thread-safe.
 std::string new_ulid();

@@ -6,6 +6,7 @@
 
 #include "outbox/dispatcher.hpp"
 #include "outbox/dispatcher_writer_hook.hpp"
+#include "outbox/internal/group_partitions.hpp"
 #include "outbox/lease_manager.hpp"
 #include "outbox/listener.hpp"
 #include "outbox/log.hpp"
@@ -103,6 +104,7 @@ Outbox& Outbox::operator=(Outbox&& other) noexcept {
     writer_ = std::move(other.writer_);
     claim_release_ = std::move(other.claim_release_);
     lease_ = std::move(other.lease_);
+    groups_ = std::move(other.groups_);
   }
   return *this;
 }
@@ -118,8 +120,14 @@ void Outbox::close() {
   if (poller_) {
     poller_->close();
   }
+  if (groups_) {
+    groups_->stop();
+  }
   if (dispatcher_) {
     dispatcher_->close();
+  }
+  if (groups_) {
+    groups_->release_all();  // after the drain: nothing of a partition is in flight here any more
   }
   if (claim_release_) {
     claim_release_->run();
@@ -151,6 +159,9 @@ void require_unset_filled_fields(const Outbox::Options& o) {
   require_unset(d.claim_timeout.count() != 0, "dispatcher.claim_timeout", "claim_locking");
   require_unset(d.ordered, "dispatcher.ordered", "Outbox::ordered()");
   require_unset(o.lease && d.active, "dispatcher.active", "lease");
+  require_unset(
+      d.max_concurrent_groups != 0 || d.partition_held || d.group_store || d.group_failure_policy,
+      "dispatcher's message-group fields", "groups");
   const auto& p = o.poller;
   require_unset(p.connection_provider != nullptr, "poller.connection_provider",
                 "connection_provider");
@@ -160,6 +171,7 @@ void require_unset_filled_fields(const Outbox::Options& o) {
   require_unset(p.claim_locking.has_value(), "poller.claim_locking", "claim_locking");
   require_unset(p.clock != nullptr, "poller.clock", "clock");
   require_unset(o.lease && p.active, "poller.active", "lease");
+  require_unset(static_cast<bool>(p.claim_groups), "poller.claim_groups", "groups");
   require_unset(o.purge.connection_provider != nullptr, "purge.connection_provider",
                 "connection_provider");
   require_unset(o.purge.clock != nullptr, "purge.clock", "clock");
@@ -237,6 +249,17 @@ Outbox Outbox::build(Options o, Mode mode) {
   if (o.lease) {
     validate_lease_gate(o, mode == Mode::SingleNode || mode == Mode::Ordered);
   }
+  if (o.groups) {
+    if (mode != Mode::MultiNode) {
+      throw std::invalid_argument("Outbox: groups are for multi_node mode");
+    }
+    if (!o.groups->leases || !o.groups->store) {
+      throw std::invalid_argument("Outbox: groups.leases and groups.store are required");
+    }
+    if (o.groups->max_concurrent_groups < 1) {
+      throw std::invalid_argument("Outbox: groups.max_concurrent_groups must be >= 1");
+    }
+  }
   if (mode == Mode::Ordered) {
     if (o.claim_locking) {
       throw std::invalid_argument("Outbox::ordered: claim_locking is not supported (single node)");
@@ -264,6 +287,13 @@ Outbox Outbox::build(Options o, Mode mode) {
   const std::string owner = o.claim_locking ? o.claim_locking->owner : std::string();
 
   Outbox outbox;
+  if (o.groups) {
+    outbox.groups_ = std::make_unique<internal::GroupPartitions>(
+        internal::GroupPartitions::Options{.leases = o.groups->leases,
+                                           .store = o.groups->store,
+                                           .owner = owner,
+                                           .per_group = o.groups->per_group});
+  }
   std::shared_ptr<WriterHook> hook;
   if (mode != Mode::WriterOnly) {
     auto dispatcher = std::move(o.dispatcher);
@@ -279,6 +309,14 @@ Outbox Outbox::build(Options o, Mode mode) {
     if (o.lease) {
       dispatcher.active = holds_lease(*o.lease);
     }
+    if (o.groups) {
+      dispatcher.max_concurrent_groups = o.groups->max_concurrent_groups;
+      dispatcher.partition_held = [groups = outbox.groups_.get()](int p) {
+        return groups->held(p);
+      };
+      dispatcher.group_store = o.groups->store;
+      dispatcher.group_failure_policy = o.groups->on_failure;
+    }
     outbox.dispatcher_ = std::make_unique<OutboxDispatcher>(std::move(dispatcher));
     // On failure from here on, `outbox` is destroyed, which closes the dispatcher.
     auto poller = std::move(o.poller);
@@ -291,7 +329,17 @@ Outbox Outbox::build(Options o, Mode mode) {
     if (o.lease) {
       poller.active = holds_lease(*o.lease);
     }
+    if (o.groups) {
+      poller.claim_groups = [groups = outbox.groups_.get()](sql::Connection& conn, Timestamp now,
+                                                            int limit) {
+        return groups->claim(conn, now, limit);
+      };
+    }
     outbox.poller_ = std::make_unique<OutboxPoller>(std::move(poller));
+    if (outbox.groups_) {
+      outbox.groups_->set_dispatcher(outbox.dispatcher_.get());
+      outbox.groups_->set_wake([poller = outbox.poller_.get()] { poller->wake(); });
+    }
     if (mode != Mode::Ordered) {
       hook = std::make_shared<DispatcherWriterHook>(*outbox.dispatcher_, o.metrics, owner);
     }
@@ -328,6 +376,9 @@ void Outbox::start() {
   }
   if (poller_) {
     poller_->start();
+  }
+  if (groups_) {
+    groups_->start();
   }
   if (purge_) {
     purge_->start();

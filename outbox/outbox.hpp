@@ -2,6 +2,7 @@
 // The composite that wires writer, dispatcher, poller and purge for the common set-ups.
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -21,6 +22,11 @@ class OutboxStore;
 class ListenerRegistry;
 class MetricsExporter;
 class LeaseManager;
+class GroupStore;
+enum class GroupFailurePolicy;
+namespace internal {
+class GroupPartitions;
+}
 
 /// Owns the components of one mode. Like every component, it starts no thread until start():
 /// events written before that wait in the hot queue (or, past its capacity, in the table) and are
@@ -42,6 +48,18 @@ class Outbox {
     std::string name = "leader";
   };
 
+  /// Message groups (multi_node; docs/groups.md): events with a message_group are claimed only in
+  /// the partitions this node leases ("part:<n>", spread over the live nodes), group heads first,
+  /// and run one at a time per group. Without it, grouped events are left in the table.
+  struct Groups {
+    std::shared_ptr<LeaseManager> leases;    ///< required; start() starts it
+    std::shared_ptr<GroupStore> store;       ///< required (sql::SqlGroupStore)
+    std::size_t max_concurrent_groups = 64;  ///< groups running at once; >= 1
+    int per_group = 10;                      ///< rows claimed behind a due head; 1 … 1000
+    /// The policy for a head that failed for good; default: Block for every event.
+    std::function<GroupFailurePolicy(const EventEnvelope&)> on_failure;
+  };
+
   struct Options {
     std::shared_ptr<sql::ConnectionProvider>
         connection_provider;                      ///< required (writer_only: if purging)
@@ -53,6 +71,8 @@ class Outbox {
     std::optional<ClaimLocking> claim_locking;    ///< required by multi_node, refused by ordered
     /// Primary + standby (single_node, ordered): act only while holding this lease (see Lease).
     std::optional<Lease> lease;
+    /// multi_node only: deliver message groups (see Groups).
+    std::optional<Groups> groups;
     /// Workers, queues, attempts, retry policy, interceptors, batches, drain. Filled by Outbox:
     /// connection_provider, store, listeners, metrics, clock, claim_owner, claim_timeout,
     /// ordered. ordered() forces worker_count, max_attempts and max_batch_size to 1.
@@ -100,6 +120,7 @@ class Outbox {
   Outbox() = default;
   static Outbox build(Options options, Mode mode);
 
+  std::unique_ptr<internal::GroupPartitions> groups_;  // first: outlives what uses it
   std::unique_ptr<OutboxDispatcher> dispatcher_;
   std::unique_ptr<OutboxPoller> poller_;
   std::unique_ptr<OutboxPurgeScheduler> purge_;

@@ -15,6 +15,11 @@
 namespace outbox {
 
 bool DispatcherPollerHandler::handle(const EventEnvelope& event, int attempts) {
+  return handle_grouped(event, attempts, -1);
+}
+
+bool DispatcherPollerHandler::handle_grouped(const EventEnvelope& event, int attempts,
+                                             int partition) {
   std::chrono::steady_clock::time_point started;
   std::uint64_t token;
   {
@@ -22,8 +27,11 @@ bool DispatcherPollerHandler::handle(const EventEnvelope& event, int attempts) {
     started = cycle_started_;
     token = scan_token_;
   }
-  const auto r = dispatcher_.try_enqueue_cold(
-      QueuedEvent{event, QueuedEvent::Source::Cold, attempts, started, token});
+  QueuedEvent queued{event, QueuedEvent::Source::Cold, attempts, started, token};
+  if (partition >= 0) {
+    queued.partition = partition;
+  }
+  const auto r = dispatcher_.try_enqueue_cold(std::move(queued));
   if (r == OutboxDispatcher::EnqueueResult::Queued) {
     std::lock_guard lock(mutex_);
     ++queued_;
@@ -210,26 +218,38 @@ int OutboxPoller::poll() {
     }
     const OutboxEvent* passed = nullptr;  // the last row handed over or settled
     bool refused = false;
-    for (const auto& row : rows) {
-      std::optional<EventEnvelope> envelope;
-      try {
-        envelope.emplace(to_envelope(row, *options_.json_codec));
-      } catch (const std::exception& e) {
-        const std::string error = std::string("decode failure: ") + e.what();
-        log(LogLevel::Error, "OutboxPoller: event " + row.event_id +
-                                 " cannot be decoded, marking DEAD: " + e.what());
-        options_.store->mark_dead(*conn, row.event_id, now, error, false, owner_);
-        options_.metrics->increment_dispatch_dead();
-        passed = &row;
-        continue;
+    // Hands rows over until the handler refuses one (queue full): the rest stay pending (claimed
+    // rows until their lock expires, or the next claim of their group).
+    const auto hand_over = [&](const std::vector<OutboxEvent>& page, bool grouped) {
+      for (const auto& row : page) {
+        std::optional<EventEnvelope> envelope;
+        try {
+          envelope.emplace(to_envelope(row, *options_.json_codec));
+        } catch (const std::exception& e) {
+          const std::string error = std::string("decode failure: ") + e.what();
+          log(LogLevel::Error, "OutboxPoller: event " + row.event_id +
+                                   " cannot be decoded, marking DEAD: " + e.what());
+          options_.store->mark_dead(*conn, row.event_id, now, error, false, owner_);
+          options_.metrics->increment_dispatch_dead();
+          if (!grouped) {
+            passed = &row;
+          }
+          continue;
+        }
+        const bool taken =
+            grouped ? handler.handle_grouped(*envelope, row.attempts, row.partition_no.value_or(-1))
+                    : handler.handle(*envelope, row.attempts);
+        if (!taken) {
+          refused = true;
+          return;
+        }
+        if (!grouped) {
+          passed = &row;
+        }
+        ++handed;
       }
-      if (!handler.handle(*envelope, row.attempts)) {
-        refused = true;
-        break;  // queue full: the remaining rows stay pending (claimed rows until lock expiry)
-      }
-      passed = &row;
-      ++handed;
-    }
+    };
+    hand_over(rows, false);
     // Resume after the last row passed while pages are full or the queue refused; a short page
     // means the end was reached, so the next cycle starts from the head.
     if ((refused || static_cast<int>(rows.size()) >= requested) && passed != nullptr) {
@@ -237,6 +257,12 @@ int OutboxPoller::poll() {
       cursor_event_id_ = passed->event_id;
     } else if (!refused) {
       cursor_created_at_.reset();
+    }
+    if (options_.claim_groups && !refused) {
+      const int room = std::min(handler.available_capacity(), options_.batch_size);
+      if (room > 0) {
+        hand_over(options_.claim_groups(*conn, now, room), true);
+      }
     }
     consecutive_failures_.store(0);
     // Rows already queued or in flight here come back in every poll: only a full batch of new

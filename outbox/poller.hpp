@@ -17,8 +17,9 @@
 namespace outbox {
 
 namespace sql {
+class Connection;
 class ConnectionProvider;
-}
+}  // namespace sql
 class OutboxStore;
 class MetricsExporter;
 class JsonCodec;
@@ -33,6 +34,10 @@ class OutboxPollerHandler {
   virtual ~OutboxPollerHandler() = default;
   /// Takes one event; false stops the current cycle (backpressure).
   virtual bool handle(const EventEnvelope& event, int attempts) = 0;
+  /// Takes one event of a message group claimed in `partition`.
+  virtual bool handle_grouped(const EventEnvelope& event, int attempts, int /*partition*/) {
+    return handle(event, attempts);
+  }
   /// How many events the handler can take now; the cycle is skipped at 0.
   virtual int available_capacity() const { return INT_MAX; }
   /// Called before the cycle's query and after its last handle().
@@ -52,6 +57,7 @@ class DispatcherPollerHandler final : public OutboxPollerHandler {
   /// `dispatcher` must outlive the handler.
   explicit DispatcherPollerHandler(OutboxDispatcher& dispatcher) : dispatcher_(dispatcher) {}
   bool handle(const EventEnvelope& event, int attempts) override;
+  bool handle_grouped(const EventEnvelope& event, int attempts, int partition) override;
   int available_capacity() const override;
   void begin_cycle() override;
   void end_cycle() override;
@@ -95,6 +101,10 @@ class OutboxPoller {
     std::shared_ptr<Clock> clock;           ///< default: Clock::system()
     /// When set, a cycle reads nothing while it returns false (a standby without the lease).
     std::function<bool()> active;
+    /// Message groups: called each cycle after the ungrouped rows with the room left (at most
+    /// batch_size); returns the grouped rows it claimed, group by group in insert order.
+    std::function<std::vector<OutboxEvent>(sql::Connection& conn, Timestamp now, int limit)>
+        claim_groups;
   };
 
   /// Validates (std::invalid_argument naming the field). Does not start polling.

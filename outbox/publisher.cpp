@@ -202,6 +202,10 @@ std::string to_json_object(const EventEnvelope& event) {
     out += ",\"tags\":";
     out += JsonCodec::default_codec().to_json(event.tags()).value_or("{}");
   }
+  if (event.message_group()) {
+    out += ",\"message_group\":";
+    append_json_string(out, *event.message_group());
+  }
   out += ",";
   if (event.has_json_payload()) {
     if (!is_valid_json(event.payload_json())) {

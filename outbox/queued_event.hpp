@@ -24,6 +24,11 @@ struct QueuedEvent {
   /// Set by the dispatcher when queued: a batch listener takes this event. Events without one go
   /// to a worker alone, so a worker never runs several single listeners one after another.
   bool batchable = false;
+  /// Set with `batchable`: which batch listener takes it. Events of one message group travel
+  /// together only to one listener, so a failure stops the group where it happened.
+  const void* batch_key = nullptr;
+  /// The row's partition (grouped events from the poller): delivered only while it is held.
+  std::optional<int> partition;
 };
 
 }  // namespace outbox

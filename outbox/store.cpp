@@ -121,6 +121,12 @@ EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec) {
     }
     builder.tags(tags);
   }
+  if (row.message_group) {
+    if (sanitize_utf8(*row.message_group) != *row.message_group) {
+      throw std::invalid_argument("message_group column is not UTF-8 text without NUL");
+    }
+    builder.message_group(*row.message_group);
+  }
   if (row.payload_is_json) {
     builder.payload_json(row.payload);
   } else {

@@ -34,6 +34,8 @@ struct OutboxEvent {
   bool payload_is_json = true;
   std::optional<std::string> headers_json;
   std::optional<std::string> tags_json;  ///< JSON object of the event's tags
+  std::optional<std::string> message_group;
+  std::optional<int> partition_no;  ///< the group's partition (NULL: not yet assigned)
   EventStatus status = EventStatus::New;
   int attempts = 0;
   Timestamp available_at;

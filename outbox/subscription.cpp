@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "outbox/errors.hpp"
+#include "outbox/internal/lease_balancer.hpp"
 #include "outbox/internal/periodic_worker.hpp"
 #include "outbox/internal/subscription_worker.hpp"
 #include "outbox/lease_manager.hpp"
@@ -20,7 +21,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr std::string_view kMemberPrefix = "member:";
 constexpr const char* kSequencerLease = "stream:sequencer";
 
 }  // namespace
@@ -74,6 +74,7 @@ SubscriptionRunner::SubscriptionRunner(Options options) : options_(std::move(opt
     }
   }
   background_ = std::make_unique<Background>();
+  balancer_ = std::make_unique<internal::LeaseBalancer>();
   for (auto& sub : options_.subscriptions) {
     workers_.push_back(std::make_unique<Worker>(*this, sub));
   }
@@ -117,7 +118,7 @@ void SubscriptionRunner::start() {
     background_->sequencer->start();
   }
   if (options_.leases) {
-    options_.leases->keep(std::string(kMemberPrefix) + options_.leases->owner());
+    options_.leases->keep(internal::LeaseBalancer::member_lease(options_.leases->owner()));
     background_->balancer = std::make_unique<internal::PeriodicWorker>(
         "subscription balancer", [this] { balance(); },
         [this] { return std::max(milliseconds(50), options_.leases->ttl() / 5); });
@@ -174,7 +175,8 @@ void SubscriptionRunner::close() {
   }
   // Handed back at once, so another process need not wait for the ttl; the manager may live on
   // (standby mode shares it), so the presence and sequencer leases are given back too.
-  std::vector<std::string> names = {std::string(kMemberPrefix) + options_.leases->owner()};
+  std::vector<std::string> names = {
+      internal::LeaseBalancer::member_lease(options_.leases->owner())};
   if (options_.store->needs_sequencer()) {
     names.emplace_back(kSequencerLease);
   }
@@ -205,60 +207,13 @@ std::vector<SubscriptionRunner::View> SubscriptionRunner::views() const {
   return out;
 }
 
-// Spreads the subscriptions over the live members: each takes up to its share of those nobody
-// holds, and hands back what it holds beyond its share.
 void SubscriptionRunner::balance() {
   try {
-    const auto infos = options_.leases->leases();
-    std::size_t members = 0;
-    std::set<std::string, std::less<>> live;
-    for (const auto& info : infos) {
-      if (info.live) {
-        live.insert(info.name);
-        members += info.name.starts_with(kMemberPrefix) ? 1 : 0;
-      }
-    }
-    // Relays may name different subscriptions, so a share is a target, never a reason to leave
-    // one unrun: a subscription nobody took for a whole round is taken regardless (and kept:
-    // nobody else wants it) until the members change.
-    std::set<std::string, std::less<>> member_names;
-    for (const auto& name : live) {
-      if (name.starts_with(kMemberPrefix)) {
-        member_names.insert(name);
-      }
-    }
-    if (member_names != balance_.members) {
-      balance_.members = std::move(member_names);
-      balance_.kept.clear();
-    }
-    const std::size_t share = (workers_.size() + std::max<std::size_t>(members, 1) - 1) /
-                              std::max<std::size_t>(members, 1);
-    std::size_t held = 0;
-    for (const auto& w : workers_) {
-      held += w->held() ? 1 : 0;
-    }
-    std::set<std::string, std::less<>> free_now;
+    std::vector<internal::LeaseBalancer::Item*> items;
     for (auto& w : workers_) {
-      if (w->held() || live.contains(w->lease())) {
-        continue;
-      }
-      const bool unwanted = balance_.free.contains(w->lease());
-      if ((held < share || unwanted) && options_.leases->try_acquire(w->lease())) {
-        if (++held > share) {
-          balance_.kept.insert(w->lease());
-        }
-        w->wake();
-      } else {
-        free_now.insert(w->lease());
-      }
+      items.push_back(w.get());
     }
-    balance_.free = std::move(free_now);
-    for (auto it = workers_.rbegin(); it != workers_.rend() && held > share; ++it) {
-      if ((*it)->held() && !balance_.kept.contains((*it)->lease())) {
-        (*it)->yield();
-        --held;
-      }
-    }
+    balancer_->balance(*options_.leases, items);
   } catch (const std::exception& e) {
     log(LogLevel::Warning, std::string("subscription balancer: ") + e.what());
   }

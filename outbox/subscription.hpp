@@ -7,7 +7,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -23,6 +22,9 @@ class ConnectionProvider;
 class LeaseManager;
 class MetricsExporter;
 class WriterHook;
+namespace internal {
+class LeaseBalancer;
+}
 
 /// Runs a set of subscriptions for one process. With a LeaseManager, a subscription runs only
 /// where its lease "sub:<name>" is held, the cursor moves only under that holding (fenced), and
@@ -118,11 +120,7 @@ class SubscriptionRunner {
   std::chrono::milliseconds sequencer_wait_{0};  // the sequencer thread's own
   mutable std::mutex refusal_mutex_;             // guards refusal_
   std::string refusal_;
-  struct Balance {                               // the balancer thread's own
-    std::set<std::string, std::less<>> members;  // live members last round
-    std::set<std::string, std::less<>> free;     // subscriptions nobody held last round
-    std::set<std::string, std::less<>> kept;     // taken beyond the share: nobody else took them
-  } balance_;
+  std::unique_ptr<internal::LeaseBalancer> balancer_;  // the balancer thread's own
   struct Background;
   std::unique_ptr<Background> background_;  // last: stopped first
 };

@@ -308,8 +308,8 @@ TEST_P(StreamContract, MigrationNumbersTheRowsOfAnOlderTableOldestFirst) {
   }
   const auto result = migrate(*conn, old);
   EXPECT_EQ(result.from, 3);
-  EXPECT_EQ(result.to, 4);
-  EXPECT_EQ(migrate(*conn, old).from, 4);  // idempotent
+  EXPECT_EQ(result.to, kSchemaVersion);
+  EXPECT_EQ(migrate(*conn, old).from, kSchemaVersion);  // idempotent
   auto old_stream = detect_stream_store(*conn, old);
   while (old_stream->sequence(*conn, 1000) > 0) {
   }

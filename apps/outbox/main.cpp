@@ -1,4 +1,5 @@
-// The `outbox` command: relay, migrate, status, dead-event handling, purge, subscriptions.
+// The `outbox` command: relay, migrate, status, dead-event handling, purge, subscriptions,
+// message groups.
 
 #include <pthread.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <thread>
 
+#include "group_commands.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/dead_event_manager.hpp"
 #include "outbox/detect/detect.hpp"
@@ -231,6 +233,7 @@ int main(int argc, char** argv) {
   purge_cmd->add_option("--older-than", older_than, "e.g. 7d, 12h, 30m")->required();
 
   cli::StreamCommands stream_commands(app);
+  cli::GroupCommands group_commands(app);
 
   try {
     app.parse(argc, argv);
@@ -249,6 +252,9 @@ int main(int argc, char** argv) {
     if (auto code = stream_commands.run()) {
       return *code;
     }
+    if (auto code = group_commands.run()) {
+      return *code;
+    }
     if (migrate_cmd->parsed()) {
       auto pool = open_pool(migrate_db.url, 1);
       auto conn = pool->acquire();
@@ -265,7 +271,9 @@ int main(int argc, char** argv) {
       auto conn = pool->acquire();
       auto store = detect_store(*conn, status_db.table);
       const auto leases = detect_lease_store(*conn, status_db.table);
-      auto report = relay::read_status(*conn, *store, Clock::system()->now(), leases.get());
+      const auto groups = detect_group_store(*conn, status_db.table);
+      auto report =
+          relay::read_status(*conn, *store, Clock::system()->now(), leases.get(), groups.get());
       try {
         const auto stream = detect_stream_store(*conn, status_db.table);
         report.stream = relay::read_stream(*conn, *stream, leases.get());

@@ -4,6 +4,7 @@
 
 #include "outbox/errors.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/sql/group_store.hpp"
 #include "outbox/sql/lease_store.hpp"
 
 namespace outbox {
@@ -33,6 +34,12 @@ std::shared_ptr<LeaseStore> detect_lease_store(sql::Connection& conn, const std:
 
 std::shared_ptr<StreamStore> detect_stream_store(sql::Connection& conn, const std::string& table) {
   return engine_for(conn.dialect()).make_stream_store(table);
+}
+
+std::shared_ptr<GroupStore> detect_group_store(sql::Connection& conn, const std::string& table) {
+  const auto& engine = engine_for(conn.dialect());
+  // SQLite has no server clock: its statements use the caller's either way.
+  return std::make_shared<sql::SqlGroupStore>(engine.dialect(), table, true);
 }
 
 int schema_version(sql::Connection& conn, const std::string& table) {

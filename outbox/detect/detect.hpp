@@ -5,6 +5,7 @@
 #include <span>
 #include <string>
 
+#include "outbox/groups.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/lease.hpp"
 #include "outbox/purge.hpp"
@@ -42,6 +43,11 @@ std::shared_ptr<LeaseStore> detect_lease_store(sql::Connection& conn,
 std::shared_ptr<StreamStore> detect_stream_store(sql::Connection& conn,
                                                  const std::string& table = "outbox_event");
 
+/// The message groups of `table` for `conn`'s dialect, on the database clock where the engine has
+/// one (as detect_store). Throws like detect_store.
+std::shared_ptr<GroupStore> detect_group_store(sql::Connection& conn,
+                                               const std::string& table = "outbox_event");
+
 /// The schema version `outbox migrate` recorded for `table`; 0 when none was. Throws StoreError.
 int schema_version(sql::Connection& conn, const std::string& table = "outbox_event");
 
@@ -61,7 +67,7 @@ std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size
                                                const sql::NetworkTimeouts& timeouts = {});
 
 /// The schema version this build creates.
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 /// Versions before and after a migrate() call.
 struct MigrationResult {

@@ -81,6 +81,10 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
   if (result.from < 4) {
     engine.create_stream_schema(conn, table);
   }
+  // Version 5: message groups (group key, partition, blocked groups).
+  if (result.from < 5) {
+    engine.create_group_schema(conn, table);
+  }
   if (result.from == 0) {
     // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)
     // still cannot fail on the key.

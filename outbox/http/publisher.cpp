@@ -64,6 +64,7 @@ constexpr std::string_view kHeaderAggregateType = "X-Outbox-Aggregate-Type";
 constexpr std::string_view kHeaderAggregateId = "X-Outbox-Aggregate-Id";
 constexpr std::string_view kHeaderTenantId = "X-Outbox-Tenant-Id";
 constexpr std::string_view kHeaderOccurredAt = "X-Outbox-Occurred-At";
+constexpr std::string_view kHeaderMessageGroup = "X-Outbox-Message-Group";
 constexpr std::string_view kOwnPrefix = "X-Outbox-";
 
 // Headers that belong to the request itself rather than to the event: libcurl computes the
@@ -85,8 +86,9 @@ bool is_protocol_header(std::string_view name) {
 }
 
 bool is_metadata_header(std::string_view name) {
-  for (std::string_view own : {kHeaderEventId, kHeaderEventType, kHeaderAggregateType,
-                               kHeaderAggregateId, kHeaderTenantId, kHeaderOccurredAt}) {
+  for (std::string_view own :
+       {kHeaderEventId, kHeaderEventType, kHeaderAggregateType, kHeaderAggregateId, kHeaderTenantId,
+        kHeaderOccurredAt, kHeaderMessageGroup}) {
     if (iequals(name, own)) {
       return true;
     }
@@ -406,6 +408,9 @@ struct HttpPublisher::Impl {
     }
     if (e.tenant_id()) {
       extra.emplace_back(kHeaderTenantId, *e.tenant_id());
+    }
+    if (e.message_group()) {
+      extra.emplace_back(kHeaderMessageGroup, *e.message_group());
     }
     for (const auto& [name, value] : e.headers()) {
       extra.emplace_back(name, value);

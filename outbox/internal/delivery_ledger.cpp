@@ -40,14 +40,27 @@ void DeliveryLedger::release(std::string_view event_id) {
 }
 
 DeliveryLedger::ColdCheck DeliveryLedger::check_cold(
-    const std::string& event_id, std::optional<std::uint64_t> scan_token) const {
+    const std::string& event_id, std::optional<std::uint64_t> scan_token,
+    const std::optional<std::string>& group) const {
   if (completed_ids_.count(event_id) != 0) {
     return ColdCheck::CompletedDuringScan;  // its row may have been read while still pending
   }
   if (scan_token && *scan_token < scans_invalid_before_) {
     return ColdCheck::ScanInvalidated;
   }
+  if (scan_token && group) {
+    const auto it = groups_invalid_before_.find(*group);
+    if (it != groups_invalid_before_.end() && *scan_token < it->second) {
+      return ColdCheck::ScanInvalidated;
+    }
+  }
   return ColdCheck::Ok;
+}
+
+void DeliveryLedger::invalidate_group(const std::string& group) {
+  if (!active_scans_.empty()) {
+    groups_invalid_before_.insert_or_assign(group, completion_seq_);
+  }
 }
 
 void DeliveryLedger::finish(const std::string& event_id) {
@@ -76,6 +89,7 @@ void DeliveryLedger::end_scan(std::uint64_t token) {
     completed_ids_.erase(completed_log_.front().second);
     completed_log_.pop_front();
   }
+  std::erase_if(groups_invalid_before_, [&](const auto& g) { return g.second <= oldest; });
 }
 
 }  // namespace outbox::internal

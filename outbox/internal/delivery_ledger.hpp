@@ -43,7 +43,9 @@ class DeliveryLedger {
   /// Why a polled event cannot be queued: nothing, completed since its scan began, or read by a
   /// scan that an ordered drop invalidated.
   enum class ColdCheck { Ok, CompletedDuringScan, ScanInvalidated };
-  ColdCheck check_cold(const std::string& event_id, std::optional<std::uint64_t> scan_token) const;
+  /// `group`: the event's message group, whose invalidation (invalidate_group) counts too.
+  ColdCheck check_cold(const std::string& event_id, std::optional<std::uint64_t> scan_token,
+                       const std::optional<std::string>& group = std::nullopt) const;
 
   /// A worker started running the event.
   void running(const std::string& event_id) { running_.insert(event_id); }
@@ -58,6 +60,9 @@ class DeliveryLedger {
   void end_scan(std::uint64_t token);
   /// Every scan begun so far read a queue that was dropped: what they still hand over is refused.
   void invalidate_scans() { scans_invalid_before_ = completion_seq_; }
+  /// Every scan begun so far read a group whose waiting events were dropped (its head failed):
+  /// what they still hand over of that group is refused. Call after finishing the dropped events.
+  void invalidate_group(const std::string& group);
 
  private:
   InFlightTracker& tracker_;
@@ -70,6 +75,7 @@ class DeliveryLedger {
   std::deque<std::pair<std::uint64_t, std::string>> completed_log_;
   std::unordered_set<std::string> completed_ids_;
   std::uint64_t scans_invalid_before_ = 0;
+  std::unordered_map<std::string, std::uint64_t> groups_invalid_before_;
 };
 
 }  // namespace outbox::internal

@@ -30,11 +30,35 @@ class DispatchQueue {
   virtual void for_each(const std::function<void(QueuedEvent&)>& fn) = 0;
   /// Removes and returns every waiting event.
   virtual std::vector<QueuedEvent> clear() = 0;
+  /// True when take() would return events now (a scheduler may hold events it cannot hand out
+  /// yet: their group is running, or the cap on running groups is reached).
+  virtual bool ready() const { return !empty(); }
+  /// Message groups: a worker ended what it took of `group`. With `drop_rest` the group's waiting
+  /// events are removed and returned (they must wait behind a failed head); otherwise the group
+  /// may be taken again.
+  virtual std::vector<QueuedEvent> end_group(const std::string& /*group*/, bool /*drop_rest*/) {
+    return {};
+  }
+  /// Message groups: true while events of `group` wait or run here.
+  virtual bool group_busy(const std::string& /*group*/) const { return false; }
+  /// Message groups: removes and returns the waiting events of `partition` (a partition handed
+  /// over); events of running groups stay until their group ends.
+  virtual std::vector<QueuedEvent> drop_partition(int /*partition*/) { return {}; }
+  /// Message groups running now.
+  virtual std::size_t active_groups() const { return 0; }
 };
 
 /// A hot and a cold FIFO queue of the given capacities; when both have work, workers take hot and
 /// cold 2:1, so a steady hot stream cannot starve the poller.
 std::unique_ptr<DispatchQueue> make_fair_queues(std::size_t hot_capacity,
                                                 std::size_t cold_capacity);
+
+/// The fair queues for events without a message group, and per-group FIFO queues for the others
+/// (which count against the cold capacity): a group's events are taken one take at a time, never
+/// two of a group at once, at most `max_active_groups` groups at once, groups in turn (a group
+/// taken goes to the back of the line), alternating with the ungrouped queues.
+std::unique_ptr<DispatchQueue> make_keyed_scheduler(std::size_t hot_capacity,
+                                                    std::size_t cold_capacity,
+                                                    std::size_t max_active_groups);
 
 }  // namespace outbox::internal

@@ -16,7 +16,7 @@ std::string event_columns(const sql::Dialect& d, bool with_payloads) {
   } else {
     out += ", NULL";  // the same layout on every engine: more columns may follow
   }
-  return out;
+  return out + ", message_group, partition_no";
 }
 
 OutboxEvent event_from_row(const sql::Row& r) {
@@ -47,6 +47,10 @@ OutboxEvent event_from_row(const sql::Row& r) {
     e.locked_at = from_micros(*v);
   }
   e.tags_json = r.get_optional_text(15);
+  e.message_group = r.get_optional_text(17);
+  if (auto v = r.get_optional_int(18)) {
+    e.partition_no = static_cast<int>(*v);
+  }
   return e;
 }
 

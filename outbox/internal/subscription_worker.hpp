@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "outbox/internal/lease_balancer.hpp"
 #include "outbox/internal/periodic_worker.hpp"
 #include "outbox/lease_manager.hpp"
 #include "outbox/subscription.hpp"
@@ -16,18 +17,19 @@
 namespace outbox {
 
 // One subscription's thread and what it last saw. Thread-safe.
-class SubscriptionRunner::Worker {
+class SubscriptionRunner::Worker final : public internal::LeaseBalancer::Item {
  public:
   Worker(SubscriptionRunner& runner, Subscription sub);
 
   const Subscription& subscription() const { return sub_; }
-  const std::string& lease() const { return lease_; }
+  const std::string& lease() const override { return lease_; }
   void start() { thread_.start(); }
   void wake() { thread_.wake(); }
   void close() { thread_.close(); }
-  bool held() const { return !fence_ || fence_->token().has_value(); }
+  bool held() const override { return !fence_ || fence_->token().has_value(); }
+  void gained() override { wake(); }
   /// Asks the thread to give the lease back after the batch in progress.
-  void yield() {
+  void yield() override {
     yield_ = true;
     thread_.wake();
   }

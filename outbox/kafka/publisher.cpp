@@ -249,11 +249,17 @@ std::vector<PublishResult> KafkaPublisher::publish(std::span<const PublishReques
       add(kHeaderTenantId, *event.tenant_id());
     }
     add(kHeaderOccurredAt, format_rfc3339(event.occurred_at()));
+    if (event.message_group()) {
+      add(kHeaderMessageGroup, *event.message_group());
+    }
     for (const auto& [name, value] : event.headers()) {
       add(name.c_str(), value);
     }
     const auto payload = event.payload_bytes();
-    const std::string* key = event.aggregate_id() ? &*event.aggregate_id() : nullptr;
+    // A message group is the key: its events land in one partition, in the order sent.
+    const std::string* key = event.message_group()  ? &*event.message_group()
+                             : event.aggregate_id() ? &*event.aggregate_id()
+                                                    : nullptr;
     slots[i] = Slot{&pending, i};
     const auto deadline = std::chrono::steady_clock::now() + impl_->delivery_timeout;
     rd_kafka_resp_err_t err;

@@ -19,6 +19,9 @@ inline constexpr const char* kHeaderAggregateType = "outbox-aggregate-type";
 inline constexpr const char* kHeaderAggregateId = "outbox-aggregate-id";
 inline constexpr const char* kHeaderTenantId = "outbox-tenant-id";
 inline constexpr const char* kHeaderOccurredAt = "outbox-occurred-at";  ///< RFC 3339, UTC
+/// Set when the event has a message group, which is then also the message key (else the aggregate
+/// id is).
+inline constexpr const char* kHeaderMessageGroup = "outbox-message-group";
 
 /// Produces each request to its target topic and reports Ok only after the broker acknowledged it
 /// (delivery report). Thread-safe: concurrent publish() calls share one producer, whose batching

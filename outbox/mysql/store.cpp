@@ -5,6 +5,7 @@
 #include "outbox/internal/event_row.hpp"
 #include "outbox/mysql/stream.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/sql/group_store.hpp"
 #include "outbox/sql/lease_store.hpp"
 
 namespace outbox::mysql {
@@ -36,6 +37,8 @@ class MySqlDialect final : public sql::Dialect {
   // indexes hold the pending (resp. terminal) rows in claim (resp. purge) order.
   std::string pending_column() const override { return "pending_at"; }
   std::string pending_filter() const override { return "pending_at IS NOT NULL"; }
+  std::string group_pending_filter() const override { return "group_pending = 1"; }
+  std::string group_order_column() const override { return "stream_id"; }
   std::string terminal_column() const override { return "terminal_at"; }
   std::string terminal_filter() const override { return "terminal_at IS NOT NULL"; }
   std::string terminal_order_column() const override { return "terminal_at"; }
@@ -132,6 +135,38 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin");
   create_lease_schema(conn, table);
   create_stream_schema(conn, table);
+  create_group_schema(conn, table);
+}
+
+void create_group_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  // group_pending marks grouped pending rows (no partial indexes here); its index holds them per
+  // partition in insert order, which is what a claim of group heads walks.
+  conn.execute("ALTER TABLE " + table +
+               " ADD COLUMN IF NOT EXISTS message_group VARCHAR(200) NULL, "
+               "ADD COLUMN IF NOT EXISTS partition_no SMALLINT NULL, "
+               "ADD COLUMN IF NOT EXISTS group_pending TINYINT AS (IF(" +
+               sql::pending_statuses() +
+               " AND message_group IS NOT NULL, 1, NULL)) STORED, "
+               "ADD INDEX IF NOT EXISTS " +
+               derived_name(table, "_groups") +
+               " (group_pending, partition_no, message_group, stream_id)");
+  // Grouped rows leave the claim order of the pending index.
+  const auto expr = conn.query(
+      "SELECT GENERATION_EXPRESSION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+      "DATABASE() AND TABLE_NAME = '" +
+      table + "' AND COLUMN_NAME = 'pending_at'");
+  if (expr.empty() ||
+      expr[0].get_optional_text(0).value_or("").find("message_group") == std::string::npos) {
+    conn.execute("ALTER TABLE " + table + " MODIFY pending_at DATETIME(6) AS (IF(" +
+                 sql::pending_statuses() + " AND message_group IS NULL, created_at, NULL)) STORED");
+  }
+  conn.execute("CREATE TABLE IF NOT EXISTS " + sql::group_block_table_name(table) +
+               " (message_group VARCHAR(200) NOT NULL PRIMARY KEY, "
+               "event_id VARCHAR(64) NOT NULL, partition_no SMALLINT NULL, "
+               "blocked_at DATETIME(6) NOT NULL, attempts INT NOT NULL DEFAULT 0, "
+               "last_error TEXT NULL"
+               ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin");
 }
 
 void create_lease_schema(sql::Connection& conn, const std::string& table) {

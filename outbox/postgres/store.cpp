@@ -4,6 +4,7 @@
 #include "outbox/internal/event_row.hpp"
 #include "outbox/postgres/stream.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/sql/group_store.hpp"
 #include "outbox/sql/lease_store.hpp"
 
 namespace outbox::postgres {
@@ -95,6 +96,39 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   }
   create_lease_schema(conn, table);
   create_stream_schema(conn, table);
+  create_group_schema(conn, table);
+}
+
+void create_group_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  conn.execute("ALTER TABLE " + table +
+               " ADD COLUMN IF NOT EXISTS message_group TEXT, "
+               "ADD COLUMN IF NOT EXISTS partition_no SMALLINT");
+  // Grouped rows leave the claim order of the pending index: their own index holds them per
+  // partition and group in insert order, which is what a claim of group heads walks.
+  const std::string pending = derived_name(table, "_pending");
+  const auto def = conn.query("SELECT indexdef FROM pg_indexes WHERE tablename = lower('" + table +
+                              "') AND indexname = lower('" + pending + "')");
+  if (def.empty() || def[0].get_text(0).find("message_group") == std::string::npos) {
+    conn.execute("DROP INDEX IF EXISTS " + pending);
+    conn.execute("CREATE INDEX " + pending + " ON " + table + " (created_at, event_id) WHERE " +
+                 sql::pending_statuses() + " AND message_group IS NULL");
+  }
+  const std::string groups = derived_name(table, "_groups");
+  conn.execute("CREATE INDEX IF NOT EXISTS " + groups + " ON " + table +
+               " (partition_no, message_group, stream_seq) WHERE " + sql::pending_statuses() +
+               " AND message_group IS NOT NULL");
+  if (conn.query("SELECT count(*) FROM pg_indexes WHERE tablename = lower('" + table +
+                 "') AND indexname = lower('" + groups + "')")[0]
+          .get_int(0) == 0) {
+    throw StoreError("postgres: index " + groups + " of " + table +
+                         " could not be created: another table's index has that name",
+                     "42P07");
+  }
+  conn.execute("CREATE TABLE IF NOT EXISTS " + sql::group_block_table_name(table) +
+               " (message_group TEXT PRIMARY KEY, event_id TEXT NOT NULL, "
+               "partition_no SMALLINT, blocked_at TIMESTAMPTZ NOT NULL, "
+               "attempts INT NOT NULL DEFAULT 0, last_error TEXT)");
 }
 
 void create_lease_schema(sql::Connection& conn, const std::string& table) {

@@ -13,6 +13,10 @@ void create_schema(sql::Connection& conn, const std::string& table = "outbox_eve
 /// Creates the lease table of `table` (sql::lease_table_name) if missing: schema version 3, also
 /// made by create_schema. Throws outbox::StoreError, std::invalid_argument on a bad table name.
 void create_lease_schema(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Adds message groups to `table` if missing (schema version 5, also made by create_schema): the
+/// message_group and partition_no columns, the index of grouped pending rows, the pending index
+/// without them, and the table of blocked groups. Throws outbox::StoreError.
+void create_group_schema(sql::Connection& conn, const std::string& table = "outbox_event");
 
 /// The PostgreSQL dialect: TIMESTAMPTZ, JSONB and BYTEA columns, `$n` parameters, id arrays.
 const sql::Dialect& dialect();

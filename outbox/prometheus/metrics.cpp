@@ -126,6 +126,28 @@ struct PrometheusMetrics::Impl {
                             .Register(*registry)
                             .Add({});
 
+  pm::Gauge& groups_blocked =
+      pm::BuildGauge()
+          .Name("outbox_groups_blocked")
+          .Help("Message groups blocked behind a head that failed for good (operator needed)")
+          .Register(*registry)
+          .Add({});
+  pm::Gauge& groups_oldest_blocked = pm::BuildGauge()
+                                         .Name("outbox_groups_oldest_blocked_seconds")
+                                         .Help("How long the oldest blocked group has waited")
+                                         .Register(*registry)
+                                         .Add({});
+  pm::Gauge& groups_active = pm::BuildGauge()
+                                 .Name("outbox_groups_active")
+                                 .Help("Message groups with an event running in this process")
+                                 .Register(*registry)
+                                 .Add({});
+  pm::Gauge& partitions_held = pm::BuildGauge()
+                                   .Name("outbox_group_partitions_held")
+                                   .Help("Message-group partitions this process delivers")
+                                   .Register(*registry)
+                                   .Add({});
+
   std::mutex series_mutex;  // guards series
   std::map<std::string, PublisherSeries, std::less<>> series;
 
@@ -232,6 +254,14 @@ void PrometheusMetrics::forget_subscription(std::string_view name) {
 }
 void PrometheusMetrics::record_stream_holdback(double seconds) {
   impl_->holdback.Set(seconds);
+}
+
+void PrometheusMetrics::record_groups(std::int64_t blocked, double oldest_blocked_seconds,
+                                      std::int64_t active, std::int64_t partitions_held) {
+  impl_->groups_blocked.Set(static_cast<double>(blocked));
+  impl_->groups_oldest_blocked.Set(oldest_blocked_seconds);
+  impl_->groups_active.Set(static_cast<double>(active));
+  impl_->partitions_held.Set(static_cast<double>(partitions_held));
 }
 
 void PrometheusMetrics::record_publish(std::string_view publisher, PublishResult::Kind result,

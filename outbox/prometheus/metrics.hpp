@@ -52,6 +52,10 @@ class PrometheusMetrics final : public MetricsExporter {
   void record_statistics(std::string_view publisher, std::string_view event_type, std::int64_t n);
   /// outbox_stream_holdback_seconds.
   void record_stream_holdback(double seconds);
+  /// outbox_groups_blocked, outbox_groups_oldest_blocked_seconds (0 when none),
+  /// outbox_groups_active (running here now), outbox_group_partitions_held (held here).
+  void record_groups(std::int64_t blocked, double oldest_blocked_seconds, std::int64_t active,
+                     std::int64_t partitions_held);
 
   /// Counts one publication by `publisher` and its latency.
   void record_publish(std::string_view publisher, PublishResult::Kind result,

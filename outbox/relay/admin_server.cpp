@@ -39,6 +39,9 @@ struct Route {
     Subscriptions,
     Subscription,
     SubscriptionAction,
+    Groups,
+    Group,
+    GroupAction,
     Unknown
   };
   Kind kind = Kind::Unknown;
@@ -52,7 +55,8 @@ Route route_of(const std::string& path) {
   static const std::map<std::string, Kind, std::less<>> kFixed = {
       {"/healthz", Kind::Healthz},   {"/readyz", Kind::Readyz},
       {"/metrics", Kind::Metrics},   {"/api/status", Kind::Status},
-      {"/api/dead", Kind::DeadList}, {"/api/subscriptions", Kind::Subscriptions}};
+      {"/api/dead", Kind::DeadList}, {"/api/subscriptions", Kind::Subscriptions},
+      {"/api/groups", Kind::Groups}};
   if (auto it = kFixed.find(path); it != kFixed.end()) {
     return {it->second, {}, {}};
   }
@@ -70,6 +74,23 @@ Route route_of(const std::string& path) {
     const std::string_view action = rest.substr(slash + 1);
     if (action == "pause" || action == "resume" || action == "reset" || action == "rewind") {
       return {Kind::SubscriptionAction, std::move(*name), std::string(action)};
+    }
+    return {};
+  }
+  constexpr std::string_view kGroups = "/api/groups/";
+  if (path.size() > kGroups.size() && path.starts_with(kGroups)) {
+    const std::string_view rest = std::string_view(path).substr(kGroups.size());
+    const auto slash = rest.find('/');
+    auto key = internal::percent_decode(rest.substr(0, slash));
+    if (!key || key->empty()) {
+      return {};
+    }
+    if (slash == std::string_view::npos) {
+      return {Kind::Group, std::move(*key), {}};
+    }
+    const std::string_view action = rest.substr(slash + 1);
+    if (action == "retry" || action == "skip-head" || action == "dead-letter") {
+      return {Kind::GroupAction, std::move(*key), std::string(action)};
     }
     return {};
   }
@@ -152,11 +173,20 @@ struct AdminServer::Impl {
     const bool stream_route = route.kind == Kind::Subscriptions ||
                               route.kind == Kind::Subscription ||
                               route.kind == Kind::SubscriptionAction;
-    if (route.kind == Kind::Unknown || (stream_route && !handlers.subscriptions_json)) {
-      return json(404, json_error(stream_route ? "this relay has no [[subscriptions]]"
-                                               : "no such endpoint: " + req.path.substr(0, 200)));
+    const bool group_route =
+        route.kind == Kind::Groups || route.kind == Kind::Group || route.kind == Kind::GroupAction;
+    if (stream_route && !handlers.subscriptions_json) {
+      return json(404, json_error("this relay has no [[subscriptions]]"));
     }
-    const bool mutating = route.kind == Kind::Replay || route.kind == Kind::SubscriptionAction;
+    if (group_route && !handlers.groups_json) {
+      return json(404, json_error("this relay delivers no message groups (active mode with "
+                                  "[[routes]] and groups.enabled)"));
+    }
+    if (route.kind == Kind::Unknown) {
+      return json(404, json_error("no such endpoint: " + req.path.substr(0, 200)));
+    }
+    const bool mutating = route.kind == Kind::Replay || route.kind == Kind::SubscriptionAction ||
+                          route.kind == Kind::GroupAction;
     const char* allow = mutating ? "POST" : "GET";
     if (req.method != allow) {
       auto r = json(405, json_error(std::string("method not allowed; use ") + allow));
@@ -170,9 +200,12 @@ struct AdminServer::Impl {
       case Kind::DeadList:
       case Kind::Subscriptions:
       case Kind::Subscription:
+      case Kind::Groups:
+      case Kind::Group:
         return refuse_unauthorised(req, false);
       case Kind::Replay:
       case Kind::SubscriptionAction:
+      case Kind::GroupAction:
         return refuse_unauthorised(req, true);
       default:
         return std::nullopt;
@@ -245,6 +278,18 @@ struct AdminServer::Impl {
           return json(409, json_error(e.what()));
         }
       }
+      case Kind::Groups:
+        return json(200, handlers.groups_json("").value_or("{}"));
+      case Kind::Group:
+        if (auto body = handlers.groups_json(route.id)) {
+          return json(200, std::move(*body));
+        }
+        return json(404, json_error("no pending event in message group " + route.id));
+      case Kind::GroupAction:
+        if (auto body = handlers.group_action(route.id, route.action)) {
+          return json(200, std::move(*body));
+        }
+        return json(404, json_error("no pending event in message group " + route.id));
       default:
         return json(404, json_error("no such endpoint"));
     }

@@ -27,6 +27,13 @@ struct AdminHandlers {
   std::function<std::optional<std::string>(const std::string& name, const std::string& action,
                                            std::optional<std::string> to)>
       subscription_action;
+  /// Message groups; unset when the relay delivers none (the endpoints answer 404). `group`
+  /// empty: the groups an operator may have to act on. nullopt: no pending event in that group.
+  std::function<std::optional<std::string>(const std::string& group)> groups_json;
+  /// retry | skip-head | dead-letter: the group's JSON after it; nullopt: no pending event in
+  /// that group.
+  std::function<std::optional<std::string>(const std::string& group, const std::string& action)>
+      group_action;
 };
 
 /// Serves the endpoints on its own threads from start() to stop(). Thread-safe.

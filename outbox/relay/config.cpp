@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "outbox/groups.hpp"
 #include "outbox/lease.hpp"
 #include "outbox/relay/router.hpp"
 #include "outbox/stream.hpp"
@@ -387,6 +388,19 @@ RelayConfig read(const toml::table& root, const std::string& source) {
              "), so that one failed renewal does not lose the lease");
   }
 
+  TableReader groups(sub_table(top, "groups"), "groups", source);
+  c.groups.configured = top.get("groups") != nullptr;
+  groups.boolean("enabled", c.groups.enabled);
+  groups.integer("max_concurrent_groups", c.groups.max_concurrent_groups, 1, 100000);
+  groups.integer("per_group", c.groups.per_group, 1, 1000);
+  groups.finish();
+  if (c.groups.configured && c.groups.enabled && (c.relay.standby || c.dispatcher.ordered)) {
+    top.fail(*top.get("groups"),
+             "[groups] needs relay.mode = \"active\" without dispatcher.ordered: the partitions "
+             "of message groups are leased to active relays (set groups.enabled = false, or use "
+             "active mode)");
+  }
+
   TableReader purge(sub_table(top, "purge"), "purge", source);
   purge.boolean("enabled", c.purge.enabled);
   purge.boolean("include_pending", c.purge.include_pending);
@@ -456,7 +470,13 @@ RelayConfig read(const toml::table& root, const std::string& source) {
     r.string("aggregate_type", route.aggregate_type);
     r.string("publisher", route.publisher);
     r.string("target", route.target);
+    r.string("on_failure", route.on_failure);
     r.finish();
+    try {
+      parse_group_failure_policy(route.on_failure);
+    } catch (const std::invalid_argument& e) {
+      r.fail(*r.get("on_failure"), std::string("routes.on_failure: ") + e.what());
+    }
     const PublisherConfig* publisher = nullptr;
     for (const auto& p : c.publishers) {
       if (p.name == route.publisher) {

@@ -50,6 +50,10 @@ struct RouteConfig {
   std::string publisher;             ///< a [publishers.<name>] name
   /// Topic or URL; may use {event_type}, {aggregate_type}, {aggregate_id}, {tenant_id}.
   std::string target;
+  /// Message groups: what a head that failed for good does to its group: "block" (the group
+  /// waits for an operator), "skip" (the head goes DEAD, the group goes on) or
+  /// "dead_letter_group" (the head and the group's pending events go DEAD together).
+  std::string on_failure = "block";
   int line = 0;  ///< where it was defined, for messages
 };
 
@@ -111,6 +115,14 @@ struct RelayConfig {
     std::chrono::milliseconds lease_ttl{15000};
     std::chrono::milliseconds lease_renew{5000};  ///< at most 0.4 × lease_ttl
   } relay;
+  struct Groups {
+    /// Active mode with [[routes]]: events with a message group are delivered per key in order,
+    /// their partitions leased over the live relays. False leaves them in the table.
+    bool enabled = true;
+    bool configured = false;  ///< a [groups] table was given
+    int max_concurrent_groups = 64;
+    int per_group = 10;  ///< events claimed behind a due group head
+  } groups;
   struct Purge {
     bool enabled = false;
     /// Also NEW and RETRY rows (by age): for tables only subscriptions read, where nothing marks

@@ -256,6 +256,42 @@ TEST(RelayConfig, StandbyModeAndItsLease) {
   EXPECT_EQ(c.relay.lease_renew, 10s);
 }
 
+TEST(RelayConfig, GroupsAndTheFailurePolicyOfRoutes) {
+  const std::string head = "[database]\nurl = \"sqlite:///x.db\"\n[publishers.p]\ntype = \"log\"\n";
+  const auto defaults = parse_config(head + "[[routes]]\npublisher = \"p\"\n");
+  EXPECT_TRUE(defaults.groups.enabled);
+  EXPECT_FALSE(defaults.groups.configured);
+  EXPECT_EQ(defaults.groups.max_concurrent_groups, 64);
+  EXPECT_EQ(defaults.routes[0].on_failure, "block");
+  const auto c = parse_config(head +
+                              "[groups]\nmax_concurrent_groups = 8\nper_group = 3\n[[routes]]\n"
+                              "publisher = \"p\"\non_failure = \"dead_letter_group\"\n");
+  EXPECT_EQ(c.groups.max_concurrent_groups, 8);
+  EXPECT_EQ(c.groups.per_group, 3);
+  EXPECT_EQ(c.routes[0].on_failure, "dead_letter_group");
+  try {
+    parse_config(head + "[[routes]]\npublisher = \"p\"\non_failure = \"retry\"\n");
+    FAIL() << "an unknown policy was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("config:7:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("block, skip or dead_letter_group"), std::string::npos);
+  }
+  // Standby and ordered relays deliver no groups: a [groups] table there is a mistake...
+  EXPECT_THROW(parse_config(head + "[relay]\nmode = \"standby\"\n[groups]\n[[routes]]\n"
+                                   "publisher = \"p\"\n"),
+               ConfigError);
+  EXPECT_THROW(parse_config(head + "[dispatcher]\nordered = true\n[groups]\nper_group = 2\n"
+                                   "[[routes]]\npublisher = \"p\"\n"),
+               ConfigError);
+  // ...unless it turns them off.
+  EXPECT_FALSE(parse_config(head + "[relay]\nmode = \"standby\"\n[groups]\nenabled = false\n"
+                                   "[[routes]]\npublisher = \"p\"\n")
+                   .groups.enabled);
+  EXPECT_THROW(parse_config(head + "[groups]\nmax_concurrent_groups = 0\n[[routes]]\n"
+                                   "publisher = \"p\"\n"),
+               ConfigError);
+}
+
 TEST(RelayConfig, EveryDurationKeyIsBoundedAndNamesItsLimits) {
   const std::string head = "[database]\nurl = \"sqlite:///tmp/x.db\"\n";
   const std::string tail =

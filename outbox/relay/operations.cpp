@@ -1,6 +1,7 @@
 #include "outbox/relay/operations.hpp"
 
 #include <cstdio>
+#include <map>
 
 #include "outbox/errors.hpp"
 #include "outbox/json_codec.hpp"
@@ -22,7 +23,7 @@ void append_instant(std::string& out, const std::optional<Timestamp>& t) {
 }
 
 StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp now,
-                         LeaseStore* leases) {
+                         LeaseStore* leases, GroupStore* groups) {
   StatusReport r;
   const auto counts = store.count_by_status(conn);
   r.new_count = counts[0];
@@ -40,6 +41,13 @@ StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp no
       r.leases = leases->list(conn);
     } catch (const StoreError&) {
       // No lease table yet: the counts above stand; to_text says to migrate.
+    }
+  }
+  if (groups != nullptr) {
+    try {
+      r.groups = groups->stats(conn);
+    } catch (const StoreError&) {
+      // No group table yet (before schema version 5).
     }
   }
   return r;
@@ -87,6 +95,12 @@ std::string to_json(const StatusReport& r) {
   } else {
     out += "null";
   }
+  if (r.groups) {
+    out +=
+        ",\"groups\":{\"blocked\":" + std::to_string(r.groups->blocked) + ",\"oldest_blocked_at\":";
+    append_instant(out, r.groups->oldest_blocked_at);
+    out += "}";
+  }
   if (r.relay) {
     out += ",\"relay\":{\"mode\":";
     append_json_string(out, r.relay->mode);
@@ -126,7 +140,13 @@ std::string to_text(const StatusReport& r) {
     out += "leases: none\n";
   } else {
     out += "leases:\n";
+    // 64 partition leases would drown the others: one line per owner.
+    std::map<std::string, int> partitions;
     for (const auto& l : *r.leases) {
+      if (l.name.starts_with("part:")) {
+        partitions[l.live ? l.owner.value_or("?") : std::string()] += 1;
+        continue;
+      }
       out += "  " + l.name + "  " +
              (l.live ? "held by " + l.owner.value_or("?") : std::string("free")) + "  epoch " +
              std::to_string(l.epoch);
@@ -138,6 +158,18 @@ std::string to_text(const StatusReport& r) {
       }
       out += "\n";
     }
+    for (const auto& [owner, n] : partitions) {
+      out += "  message-group partitions  " + std::to_string(n) +
+             (owner.empty() ? " free" : " held by " + owner) + "\n";
+    }
+  }
+  if (r.groups) {
+    out += "blocked message groups: " + std::to_string(r.groups->blocked);
+    if (r.groups->oldest_blocked_at) {
+      out += " (oldest since " + format_rfc3339(*r.groups->oldest_blocked_at) +
+             "; see `outbox groups list`)";
+    }
+    out += "\n";
   }
   if (r.relay) {
     out += "this relay: " + r.relay->mode + ", owner " + r.relay->owner +

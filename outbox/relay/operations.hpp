@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "outbox/clock.hpp"
+#include "outbox/groups.hpp"
 #include "outbox/lease.hpp"
 #include "outbox/relay/subscription_ops.hpp"
 #include "outbox/store.hpp"
@@ -32,17 +33,20 @@ struct StatusReport {
   std::optional<RelayView> relay;
   /// The stream (head, what holds it back) and every subscription; nullopt when not read.
   std::optional<StreamReport> stream;
+  /// Blocked message groups; nullopt when not read (a schema older than version 5).
+  std::optional<GroupStats> groups;
 };
 
-/// Reads the report (the leases through `leases` when given). Throws outbox::StoreError.
+/// Reads the report (the leases through `leases`, blocked groups through `groups`, when given).
+/// Throws outbox::StoreError.
 StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp now,
-                         LeaseStore* leases = nullptr);
+                         LeaseStore* leases = nullptr, GroupStore* groups = nullptr);
 /// {"new":…,"done":…,"retry":…,"dead":…,"oldest_pending_age_seconds":…|null,"dead_by_type":{…},
 /// "leases":[{"name","owner","epoch","live","acquired_at","renewed_at","expires_at"}]|null,
 /// "relay":{"mode","owner","leader"} (from a running relay), "stream":{…} (as
-/// subscription_ops' to_json, when read)}
+/// subscription_ops' to_json, when read), "groups":{"blocked","oldest_blocked_at"} (when read)}
 std::string to_json(const StatusReport& report);
-/// Aligned lines for a terminal.
+/// Aligned lines for a terminal; the leases of message-group partitions summed up per owner.
 std::string to_text(const StatusReport& report);
 
 /// DEAD rows as a JSON array of {event_id, event_type, aggregate_type, aggregate_id, tenant_id,

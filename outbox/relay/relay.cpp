@@ -19,6 +19,7 @@
 #include "outbox/prometheus/metrics.hpp"
 #include "outbox/purge.hpp"
 #include "outbox/relay/admin_server.hpp"
+#include "outbox/relay/group_ops.hpp"
 #include "outbox/relay/log_publisher.hpp"
 #include "outbox/relay/operations.hpp"
 #include "outbox/relay/router.hpp"
@@ -193,6 +194,8 @@ struct Relay::Impl {
   std::shared_ptr<LeaseStore> lease_store;             // reads the lease table for status
   std::shared_ptr<LeaseManager> leases;                // standby mode
   std::unique_ptr<Outbox> outbox;                      // claim mode: none without [[routes]]
+  std::shared_ptr<LeaseManager> group_leases;          // message groups (active mode)
+  std::shared_ptr<GroupStore> groups;                  // message groups' table
   std::shared_ptr<LeaseManager> stream_leases;         // subscriptions: `leases` in standby mode
   std::unique_ptr<StreamMode> stream_mode;             // none without [[subscriptions]]
   std::unique_ptr<OutboxPurgeScheduler> stream_purge;  // purge without [[routes]]
@@ -242,8 +245,50 @@ struct Relay::Impl {
       outbox = std::make_unique<Outbox>(Outbox::single_node(std::move(o)));
     } else {
       o.claim_locking = ClaimLocking{.owner = owner, .lock_timeout = config.poller.lock_expiry};
+      if (group_leases) {
+        o.groups = Outbox::Groups{
+            .leases = group_leases,
+            .store = groups,
+            .max_concurrent_groups = static_cast<std::size_t>(config.groups.max_concurrent_groups),
+            .per_group = config.groups.per_group,
+            .on_failure = failure_policies()};
+      }
       outbox = std::make_unique<Outbox>(Outbox::multi_node(std::move(o)));
     }
+  }
+
+  // Read when scraped: blocked groups from the table, the rest from this process.
+  void refresh_group_gauges() {
+    try {
+      auto conn = pool->acquire();
+      const auto stats = groups->stats(*conn);
+      const auto now = Clock::system()->now();
+      const double oldest =
+          stats.oldest_blocked_at
+              ? std::max(0.0, std::chrono::duration<double>(now - *stats.oldest_blocked_at).count())
+              : 0.0;
+      std::int64_t held = 0;
+      for (int p = 0; p < kMessageGroupPartitions; ++p) {
+        held += group_leases->token(partition_lease_name(p)) ? 1 : 0;
+      }
+      const auto* dispatcher = outbox ? outbox->dispatcher() : nullptr;
+      metrics->record_groups(
+          stats.blocked, oldest,
+          dispatcher ? static_cast<std::int64_t>(dispatcher->active_groups()) : 0, held);
+    } catch (const std::exception& e) {
+      log(LogLevel::Warning, std::string("message group gauges: ") + e.what());
+    }
+  }
+
+  // The policy of the route an event takes (block when none matches: the event goes DEAD as
+  // unroutable before any policy applies).
+  std::function<GroupFailurePolicy(const EventEnvelope&)> failure_policies() const {
+    auto router = std::make_shared<Router>(config.routes);
+    return [router](const EventEnvelope& e) {
+      const auto route = router->match(e.aggregate_type(), e.event_type());
+      return route ? parse_group_failure_policy(router->routes()[*route].on_failure)
+                   : GroupFailurePolicy::Block;
+    };
   }
 
   void build_admin() {
@@ -252,10 +297,16 @@ struct Relay::Impl {
       auto conn = pool->acquire();
       store->oldest_pending(*conn);
     };
-    h.metrics = [this] { return metrics->serialize(); };
+    h.metrics = [this] {
+      if (group_leases) {
+        refresh_group_gauges();
+      }
+      return metrics->serialize();
+    };
     h.status_json = [this] {
       auto conn = pool->acquire();
-      auto report = read_status(*conn, *store, Clock::system()->now(), lease_store.get());
+      auto report =
+          read_status(*conn, *store, Clock::system()->now(), lease_store.get(), groups.get());
       report.relay =
           StatusReport::RelayView{.mode = leases ? "standby" : "active",
                                   .owner = owner,
@@ -296,6 +347,32 @@ struct Relay::Impl {
         return to_json(*r, Clock::system()->now());
       };
     }
+    if (group_leases) {
+      h.groups_json = [this](const std::string& group) -> std::optional<std::string> {
+        auto conn = pool->acquire();
+        const auto now = Clock::system()->now();
+        if (group.empty()) {
+          return groups_to_json(groups->list(*conn, 1000), groups->stats(*conn), now);
+        }
+        const auto info = groups->find(*conn, group);
+        return info ? std::optional<std::string>(group_to_json(*info, now)) : std::nullopt;
+      };
+      h.group_action = [this](const std::string& group,
+                              const std::string& action) -> std::optional<std::string> {
+        auto conn = pool->acquire();
+        const auto done = apply_group_action(*groups, *conn, group, parse_group_action(action));
+        if (!done) {
+          return std::nullopt;
+        }
+        std::string out = "{\"group\":";
+        append_json_string(out, group);
+        out += ",\"action\":";
+        append_json_string(out, action);
+        out += ",\"result\":";
+        append_json_string(out, *done);
+        return out + "}";
+      };
+    }
     admin = std::make_unique<AdminServer>(config.admin.host, config.admin.port, config.admin.token,
                                           std::move(h));
   }
@@ -321,8 +398,9 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
     impl_->store = engine_for(conn->dialect()).make_store(store_options);
     try {
       impl_->store->oldest_pending(*conn);  // cheap (indexed) proof that the table is there
-      // and that it has the columns of schema version 4 (every read selects tags).
-      conn->query("SELECT tags, stream_seq FROM " + c.database.table + " WHERE 1 = 0");
+      // and that it has the columns of schema version 5 (every read selects them).
+      conn->query("SELECT tags, stream_seq, message_group, partition_no FROM " + c.database.table +
+                  " WHERE 1 = 0");
       if (impl_->leases) {
         impl_->lease_store->find(*conn, "leader");  // and its lease table (schema version 3)
       }
@@ -338,6 +416,13 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
     } catch (const std::invalid_argument& e) {
       throw ConfigError("publishers." + p.name + ": " + e.what());
     }
+  }
+  {
+    auto conn = impl_->pool->acquire();
+    impl_->groups = detect_group_store(*conn, c.database.table);
+  }
+  if (!c.routes.empty() && c.groups.enabled && !c.relay.standby && !c.dispatcher.ordered) {
+    impl_->group_leases = impl_->make_leases();
   }
   if (!c.routes.empty()) {
     impl_->build_outbox();
@@ -360,7 +445,9 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
   }
   if (!c.subscriptions.empty()) {
     auto conn = impl_->pool->acquire();
-    impl_->stream_leases = impl_->leases ? impl_->leases : impl_->make_leases();
+    impl_->stream_leases = impl_->leases         ? impl_->leases
+                           : impl_->group_leases ? impl_->group_leases
+                                                 : impl_->make_leases();
     impl_->stream_mode = std::make_unique<StreamMode>(
         c, impl_->pool, detect_stream_store(*conn, c.database.table), impl_->lease_store,
         impl_->stream_leases, impl_->publishers, impl_->metrics);
@@ -445,6 +532,9 @@ void Relay::stop() {
   }
   if (impl_->stream_leases && impl_->stream_leases != impl_->leases) {
     impl_->stream_leases->close();
+  }
+  if (impl_->group_leases && impl_->group_leases != impl_->stream_leases) {
+    impl_->group_leases->close();
   }
   {
     std::lock_guard lock(watchdog_mutex);

@@ -52,7 +52,11 @@ std::string terminal_statuses() {
 }
 
 std::string Dialect::pending_filter() const {
-  return pending_statuses();
+  return pending_statuses() + " AND message_group IS NULL";
+}
+
+std::string Dialect::group_pending_filter() const {
+  return pending_statuses() + " AND message_group IS NOT NULL";
 }
 
 std::string Dialect::terminal_filter() const {

@@ -63,9 +63,13 @@ class Dialect {
   /// True when id lists are one array parameter (`= ANY($n)`), false for `IN (?, ?, …)`.
   virtual bool id_array() const { return false; }
   /// The column that orders pending rows in the pending index, and the condition that selects
-  /// pending rows through that index.
+  /// pending rows outside message groups through that index.
   virtual std::string pending_column() const { return "created_at"; }
   virtual std::string pending_filter() const;
+  /// The condition selecting pending rows of message groups through their index, and the column
+  /// that orders a group's rows (insert order).
+  virtual std::string group_pending_filter() const;
+  virtual std::string group_order_column() const { return "stream_seq"; }
   /// The instant a terminal row's retention counts from, and the condition selecting terminal rows.
   virtual std::string terminal_column() const { return "COALESCE(done_at, created_at)"; }
   virtual std::string terminal_filter() const;

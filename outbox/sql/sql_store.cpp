@@ -116,7 +116,7 @@ void SqlOutboxStore::insert_batch(Connection& conn, const std::vector<EventEnvel
       const EventEnvelope& e = events[start + n];
       std::size_t size = e.payload_bytes().size() + e.event_id().size() + e.event_type().size() +
                          e.aggregate_type().size() + e.aggregate_id().value_or("").size() +
-                         e.tenant_id().value_or("").size() +
+                         e.tenant_id().value_or("").size() + e.message_group().value_or("").size() +
                          headers[start + n].value_or("").size() + 256;
       for (const auto& [name, value] : e.tags()) {
         size += 6 * (name.size() + value.size()) + 8;  // as JSON, escapes at their widest
@@ -148,10 +148,14 @@ void SqlOutboxStore::insert_chunk(Connection& conn, const EventEnvelope* events,
       break;
     }
   }
+  // The same for message groups (schema version 5).
+  const bool groups =
+      std::any_of(events, events + count, [](const EventEnvelope& e) { return e.message_group(); });
   Statement s = statement();
   s.sql("INSERT INTO " + options_.table +
         " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, " +
         (bytes_column ? "payload_bytes, " : "") + (tags.empty() ? "" : "tags, ") +
+        (groups ? "message_group, partition_no, " : "") +
         "headers, status, attempts, available_at, created_at, locked_by, locked_at) VALUES ");
   const std::string fresh = "," + status_sql(EventStatus::New) + ",0,";
   for (std::size_t i = 0; i < count; ++i) {
@@ -170,6 +174,16 @@ void SqlOutboxStore::insert_chunk(Connection& conn, const EventEnvelope* events,
     }
     if (!tags.empty()) {
       s.sql(",").param(text_or_null(tags[i]), "jsonb");
+    }
+    if (groups) {
+      if (const auto& group = e.message_group()) {
+        s.sql(",")
+            .param(TextRef{*group})
+            .sql(",")
+            .param(std::int64_t{message_group_partition(*group)});
+      } else {
+        s.sql(",NULL,NULL");
+      }
     }
     s.sql(",").param(text_or_null(headers[i]), "jsonb").sql(fresh);
     const auto created = to_micros(e.occurred_at());
@@ -426,10 +440,13 @@ std::vector<std::pair<std::string, std::int64_t>> SqlOutboxStore::count_dead_by_
 }
 
 std::optional<Timestamp> SqlOutboxStore::oldest_pending(Connection& conn) {
-  const auto rows = statement()
-                        .sql("SELECT " + dialect_.micros("MIN(" + dialect_.pending_column() + ")") +
-                             " FROM " + options_.table + " WHERE " + dialect_.pending_filter())
-                        .query(conn);
+  const auto rows =
+      statement()
+          .sql("SELECT " + dialect_.micros("MIN(p)") + " FROM (SELECT MIN(" +
+               dialect_.pending_column() + ") AS p FROM " + options_.table + " WHERE " +
+               dialect_.pending_filter() + " UNION ALL SELECT MIN(created_at) FROM " +
+               options_.table + " WHERE " + dialect_.group_pending_filter() + ") m")
+          .query(conn);
   if (rows.empty() || rows[0].is_null(0)) {
     return std::nullopt;
   }

@@ -4,6 +4,7 @@
 
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/sql/group_store.hpp"
 #include "outbox/sql/lease_store.hpp"
 #include "outbox/sql/stream_store.hpp"
 
@@ -88,6 +89,35 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   create_indexes(conn, table);
   create_lease_schema(conn, table);
   create_stream_schema(conn, table);
+  create_group_schema(conn, table);
+}
+
+void create_group_schema(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  if (!has_column(conn, table, "message_group")) {
+    conn.execute("ALTER TABLE " + table + " ADD COLUMN message_group TEXT");
+  }
+  if (!has_column(conn, table, "partition_no")) {
+    conn.execute("ALTER TABLE " + table + " ADD COLUMN partition_no INTEGER");
+  }
+  // Grouped rows leave the claim order of the pending index: their own index holds them per
+  // partition and group in insert order, which is what a claim of group heads walks.
+  const std::string pending = table + "_pending";
+  const auto def =
+      conn.query("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = '" + pending + "'");
+  if (def.empty() || def[0].get_text(0).find("message_group") == std::string::npos) {
+    conn.execute("DROP INDEX IF EXISTS " + pending);
+    conn.execute("CREATE INDEX " + pending + " ON " + table + " (created_at, event_id) WHERE " +
+                 sql::pending_statuses() + " AND message_group IS NULL");
+  }
+  conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_groups ON " + table +
+               " (partition_no, message_group, stream_seq) WHERE " + sql::pending_statuses() +
+               " AND message_group IS NOT NULL");
+  // Instants in microseconds since the epoch, on the host's clock.
+  conn.execute("CREATE TABLE IF NOT EXISTS " + sql::group_block_table_name(table) +
+               " (message_group TEXT PRIMARY KEY NOT NULL, event_id TEXT NOT NULL, "
+               "partition_no INTEGER, blocked_at INTEGER NOT NULL, "
+               "attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT)");
 }
 
 void create_stream_schema(sql::Connection& conn, const std::string& table) {

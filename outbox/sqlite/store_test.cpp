@@ -34,8 +34,8 @@ TEST(SqliteStore, PollClaimAndPurgeUseTheirPartialIndexes) {
   auto conn = outbox::sqlite::open(dir.file("s.db"));
   outbox::sqlite::create_schema(*conn);
   const std::string pending =
-      "SELECT event_id FROM outbox_event WHERE status IN (0, 2) AND available_at <= 1 AND "
-      "created_at <= 1 ORDER BY created_at, event_id LIMIT 10";
+      "SELECT event_id FROM outbox_event WHERE status IN (0, 2) AND message_group IS NULL AND "
+      "available_at <= 1 AND created_at <= 1 ORDER BY created_at, event_id LIMIT 10";
   const auto p = plan(*conn, pending);
   EXPECT_NE(p.find("outbox_event_pending"), std::string::npos) << p;
   EXPECT_EQ(p.find("TEMP B-TREE"), std::string::npos) << p;
@@ -44,6 +44,12 @@ TEST(SqliteStore, PollClaimAndPurgeUseTheirPartialIndexes) {
       "< 1 ORDER BY created_at LIMIT 10";
   const auto t = plan(*conn, terminal);
   EXPECT_NE(t.find("outbox_event_terminal"), std::string::npos) << t;
+  const std::string groups =
+      "SELECT event_id FROM outbox_event WHERE status IN (0, 2) AND message_group IS NOT NULL AND "
+      "partition_no = 5 AND message_group > 'a' ORDER BY message_group, stream_seq LIMIT 10";
+  const auto g = plan(*conn, groups);
+  EXPECT_NE(g.find("outbox_event_groups"), std::string::npos) << g;
+  EXPECT_EQ(g.find("TEMP B-TREE"), std::string::npos) << g;
 }
 
 }  // namespace

@@ -114,6 +114,10 @@ void InMemoryOutboxStore::insert_batch(sql::Connection& conn,
                       : std::string(e.payload_bytes().begin(), e.payload_bytes().end());
     row.headers_json = codec_.to_json(e.headers());
     row.tags_json = codec_.to_json(e.tags());
+    row.message_group = e.message_group();
+    if (row.message_group) {
+      row.partition_no = message_group_partition(*row.message_group);
+    }
     row.created_at = e.occurred_at();
     row.available_at = e.available_at().value_or(e.occurred_at());
     if (!lock_owner.empty()) {

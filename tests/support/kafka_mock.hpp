@@ -5,6 +5,7 @@
 #include <librdkafka/rdkafka_mock.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -66,9 +67,11 @@ struct ConsumedMessage {
   std::map<std::string, std::string> headers;  ///< last value per name
 };
 
-/// Reads `topics` from the beginning until `count` messages arrived or `timeout` passed.
-inline std::vector<ConsumedMessage> consume(
-    const std::string& bootstraps, const std::vector<std::string>& topics, std::size_t count,
+/// Reads `topics` from the beginning until `done` says what arrived is enough, or `timeout`
+/// passed.
+inline std::vector<ConsumedMessage> consume_until(
+    const std::string& bootstraps, const std::vector<std::string>& topics,
+    const std::function<bool(const std::vector<ConsumedMessage>&)>& done,
     std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
   char err[256];
   rd_kafka_conf_t* conf = rd_kafka_conf_new();
@@ -95,7 +98,7 @@ inline std::vector<ConsumedMessage> consume(
   rd_kafka_topic_partition_list_destroy(list);
   std::vector<ConsumedMessage> out;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+  while (!done(out) && std::chrono::steady_clock::now() < deadline) {
     rd_kafka_message_t* m = rd_kafka_consumer_poll(consumer, 100);
     if (m == nullptr) {
       continue;
@@ -128,6 +131,14 @@ inline std::vector<ConsumedMessage> consume(
   rd_kafka_consumer_close(consumer);
   rd_kafka_destroy(consumer);
   return out;
+}
+
+/// Reads `topics` from the beginning until `count` messages arrived or `timeout` passed.
+inline std::vector<ConsumedMessage> consume(
+    const std::string& bootstraps, const std::vector<std::string>& topics, std::size_t count,
+    std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+  return consume_until(
+      bootstraps, topics, [count](const auto& got) { return got.size() >= count; }, timeout);
 }
 
 }  // namespace outbox::testing

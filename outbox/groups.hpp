@@ -1,0 +1,113 @@
+#pragma once
+// Message groups: events of one key delivered one at a time in write order, many keys in parallel,
+// partitions of keys leased to the nodes that deliver them (see docs/groups.md).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "outbox/clock.hpp"
+#include "outbox/store.hpp"
+
+namespace outbox {
+
+struct LeaseToken;
+
+/// What happens to a group whose head event failed for good (attempts exhausted or a permanent
+/// failure). Until then a failing head is retried with backoff and the group waits behind it.
+enum class GroupFailurePolicy {
+  Block,            ///< the head stays pending and the group is blocked until an operator acts
+  Skip,             ///< the head goes DEAD and the next event of the group proceeds
+  DeadLetterGroup,  ///< the head and every pending event of the group go DEAD together
+};
+/// "block", "skip", "dead_letter_group".
+std::string_view to_string(GroupFailurePolicy policy);
+/// Throws std::invalid_argument for another spelling.
+GroupFailurePolicy parse_group_failure_policy(std::string_view text);
+
+/// The lease a node holds to deliver partition `n`: "part:<n>".
+std::string partition_lease_name(int partition);
+
+/// A row seen by a scan of one partition: enough to pick due group heads.
+struct GroupScanRow {
+  std::string event_id;
+  std::string message_group;
+  bool due = false;      ///< available_at has passed
+  bool blocked = false;  ///< the group is in the blocked-groups table
+};
+
+/// A group an operator may have to act on: blocked, or with a head that failed at least once.
+struct GroupInfo {
+  std::string message_group;
+  std::optional<int> partition;
+  std::string head_event_id;
+  std::string head_event_type;
+  int attempts = 0;
+  std::optional<std::string> last_error;
+  bool blocked = false;
+  std::optional<Timestamp> blocked_at;
+  Timestamp head_created_at;
+  std::int64_t pending = 0;  ///< pending events of the group, head included
+};
+
+/// Blocked groups at a glance (for metrics).
+struct GroupStats {
+  std::int64_t blocked = 0;
+  std::optional<Timestamp> oldest_blocked_at;
+};
+
+/// The storage of message groups. Implementations are thread-safe; database failures throw
+/// outbox::StoreError. Writes made for a claim holder are conditioned on locked_by = owner.
+class GroupStore {
+ public:
+  virtual ~GroupStore() = default;
+
+  /// Sets partition_no on grouped pending rows written without one (a writer outside this library
+  /// that left it NULL), a whole group per statement, oldest first. Returns rows assigned.
+  virtual int assign_partitions(sql::Connection& conn, int limit) = 0;
+  /// Pending rows of `partition` in (group, insert order) order, from the first group after
+  /// `after_group` (empty: from the start), at most `limit` rows.
+  virtual std::vector<GroupScanRow> scan(sql::Connection& conn, int partition,
+                                         std::string_view after_group, int limit,
+                                         Timestamp now) = 0;
+  /// Claims the pending rows among `event_ids` (locked_by = owner, locked_at = now) while
+  /// `partition_lease` is live in the database, in the same statement; returns the rows claimed
+  /// in group and insert order. Throws std::invalid_argument when the lease is not `partition`'s.
+  virtual std::vector<OutboxEvent> claim(sql::Connection& conn, const LeaseToken& partition_lease,
+                                         int partition, const std::vector<std::string>& event_ids,
+                                         std::string_view owner, Timestamp now) = 0;
+  /// The head `event_id` failed for good under Block: it stays pending (attempts + 1, the error
+  /// kept) and its group is recorded as blocked. False when `owner` no longer holds its claim.
+  virtual bool block(sql::Connection& conn, std::string_view event_id,
+                     std::string_view message_group, std::string_view error, Timestamp now,
+                     std::string_view owner) = 0;
+  /// The head `event_id` failed for good under DeadLetterGroup: it and every pending row of its
+  /// group after it go DEAD in one transaction (rows before it were delivered; their DONE marks
+  /// may still be on their way). Returns rows changed (0 when `owner` no longer holds the
+  /// head's claim).
+  virtual int dead_letter(sql::Connection& conn, std::string_view event_id,
+                          std::string_view message_group, std::string_view error, Timestamp now,
+                          std::string_view owner) = 0;
+
+  /// Blocked groups, then groups whose head has failed, oldest head first; at most `limit`.
+  virtual std::vector<GroupInfo> list(sql::Connection& conn, int limit) = 0;
+  /// One group's state (nullopt when it has no pending event).
+  virtual std::optional<GroupInfo> find(sql::Connection& conn, std::string_view message_group) = 0;
+  /// Operator: unblocks the group and makes its head due now with its attempts reset. False when
+  /// the group has no pending event.
+  virtual bool retry(sql::Connection& conn, std::string_view message_group, Timestamp now) = 0;
+  /// Operator: the group's head goes DEAD and the group is unblocked. Returns the head's id, or
+  /// nullopt when the group has no pending event.
+  virtual std::optional<std::string> skip_head(sql::Connection& conn,
+                                               std::string_view message_group, Timestamp now) = 0;
+  /// Operator: every pending event of the group goes DEAD and the group is unblocked. Returns rows
+  /// changed.
+  virtual int dead_letter_group(sql::Connection& conn, std::string_view message_group,
+                                Timestamp now) = 0;
+  /// Blocked groups and the oldest block.
+  virtual GroupStats stats(sql::Connection& conn) = 0;
+};
+
+}  // namespace outbox

@@ -1,0 +1,412 @@
+#include "outbox/sql/group_store.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "outbox/envelope.hpp"
+#include "outbox/internal/event_row.hpp"
+#include "outbox/lease.hpp"
+#include "outbox/sql/connection.hpp"
+#include "outbox/sql/lease_store.hpp"
+
+namespace outbox {
+
+std::string_view to_string(GroupFailurePolicy policy) {
+  switch (policy) {
+    case GroupFailurePolicy::Block:
+      return "block";
+    case GroupFailurePolicy::Skip:
+      return "skip";
+    case GroupFailurePolicy::DeadLetterGroup:
+      return "dead_letter_group";
+  }
+  return "block";
+}
+
+GroupFailurePolicy parse_group_failure_policy(std::string_view text) {
+  for (auto p :
+       {GroupFailurePolicy::Block, GroupFailurePolicy::Skip, GroupFailurePolicy::DeadLetterGroup}) {
+    if (text == to_string(p)) {
+      return p;
+    }
+  }
+  throw std::invalid_argument("unknown group failure policy '" + std::string(text) +
+                              "' (block, skip or dead_letter_group)");
+}
+
+std::string partition_lease_name(int partition) {
+  return "part:" + std::to_string(partition);
+}
+
+}  // namespace outbox
+
+namespace outbox::sql {
+namespace {
+
+// Runs `fn` in a transaction of its own unless the connection is in one already.
+template <typename Fn>
+auto in_transaction(Connection& conn, Fn&& fn) {
+  if (conn.in_transaction()) {
+    return fn();
+  }
+  conn.begin();
+  try {
+    auto result = fn();
+    conn.commit();
+    return result;
+  } catch (...) {
+    try {
+      conn.rollback();
+    } catch (const std::exception&) {
+      // The original error is the one worth reporting.
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
+std::string group_block_table_name(const std::string& table) {
+  return derived_name(table, "_group_block");
+}
+
+SqlGroupStore::SqlGroupStore(const Dialect& dialect, std::string table, bool database_clock)
+    : dialect_(dialect), table_(std::move(table)), database_clock_(database_clock) {
+  validate_table_name(table_);
+  block_table_ = group_block_table_name(table_);
+  lease_table_ = lease_table_name(table_);
+  columns_ = internal::event_columns(dialect_, true);
+}
+
+void SqlGroupStore::of_group(Statement& s, const std::string& message_group) const {
+  s.sql(" AND message_group = ").param(message_group);
+  s.sql(" AND (partition_no = ")
+      .param(std::int64_t{message_group_partition(message_group)})
+      .sql(" OR partition_no IS NULL)");
+}
+
+int SqlGroupStore::assign_partitions(Connection& conn, int limit) {
+  Statement find = statement();
+  find.sql("SELECT DISTINCT message_group FROM " + table_ + " WHERE " +
+           dialect_.group_pending_filter() + " AND partition_no IS NULL LIMIT ")
+      .param(std::int64_t{limit});
+  int assigned = 0;
+  for (const auto& row : find.query(conn)) {
+    const std::string group = row.get_text(0);
+    // One statement per group: a scan never sees part of a group assigned.
+    Statement s = statement();
+    s.sql("UPDATE " + table_ + " SET partition_no = ")
+        .param(std::int64_t{message_group_partition(group)})
+        .sql(" WHERE message_group = ")
+        .param(group)
+        .sql(" AND partition_no IS NULL");
+    assigned += static_cast<int>(s.execute(conn));
+  }
+  return assigned;
+}
+
+std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn, int partition,
+                                              std::string_view after_group, int limit,
+                                              Timestamp now) {
+  Statement s = statement();
+  s.sql("SELECT event_id, message_group, CASE WHEN available_at <= ")
+      .now(now)
+      .sql(" THEN 1 ELSE 0 END, CASE WHEN EXISTS (SELECT 1 FROM " + block_table_ +
+           " b WHERE b.message_group = " + table_ + ".message_group) THEN 1 ELSE 0 END FROM " +
+           table_ + " WHERE " + dialect_.group_pending_filter() + " AND partition_no = ")
+      .param(std::int64_t{partition});
+  if (!after_group.empty()) {
+    s.sql(" AND message_group > ").param(std::string(after_group));
+  }
+  s.sql(" ORDER BY message_group, " + dialect_.group_order_column() + " LIMIT ")
+      .param(std::int64_t{limit});
+  std::vector<GroupScanRow> out;
+  for (const auto& row : s.query(conn)) {
+    out.push_back({.event_id = row.get_text(0),
+                   .message_group = row.get_text(1),
+                   .due = row.get_int(2) == 1,
+                   .blocked = row.get_int(3) == 1});
+  }
+  return out;
+}
+
+std::vector<OutboxEvent> SqlGroupStore::claim(Connection& conn, const LeaseToken& partition_lease,
+                                              int partition,
+                                              const std::vector<std::string>& event_ids,
+                                              std::string_view owner, Timestamp now) {
+  if (partition_lease.name != partition_lease_name(partition)) {
+    throw std::invalid_argument("group claim: lease '" + partition_lease.name +
+                                "' is not the lease of partition " + std::to_string(partition));
+  }
+  if (event_ids.empty()) {
+    return {};
+  }
+  Statement s = statement();
+  s.sql("UPDATE " + table_ + " SET locked_by = ")
+      .param(std::string(owner))
+      .sql(", locked_at = ")
+      .now(now)
+      .sql(" WHERE");
+  s.ids_in("event_id", event_ids, 0, event_ids.size());
+  s.sql(" AND " + dialect_.group_pending_filter() + " AND partition_no = ")
+      .param(std::int64_t{partition});
+  append_fence(s, dialect_, lease_table_, partition_lease);
+  std::vector<OutboxEvent> rows;
+  if (dialect_.update_returning()) {
+    s.sql(" RETURNING " + columns_);
+    rows = internal::events_from_rows(s.query(conn));
+  } else {
+    if (s.execute(conn) == 0) {
+      return {};
+    }
+    Statement read = statement();
+    read.sql("SELECT " + columns_ + " FROM " + table_ + " WHERE");
+    read.ids_in("event_id", event_ids, 0, event_ids.size());
+    read.sql(" AND " + dialect_.group_pending_filter() + " AND locked_by = ")
+        .param(std::string(owner));
+    rows = internal::events_from_rows(read.query(conn));
+  }
+  // In the order asked for: group by group, each in insert order.
+  std::unordered_map<std::string_view, std::size_t> place;
+  for (std::size_t i = 0; i < event_ids.size(); ++i) {
+    place.emplace(event_ids[i], i);
+  }
+  std::sort(rows.begin(), rows.end(), [&](const OutboxEvent& a, const OutboxEvent& b) {
+    return place[a.event_id] < place[b.event_id];
+  });
+  return rows;
+}
+
+bool SqlGroupStore::block(Connection& conn, std::string_view event_id,
+                          std::string_view message_group, std::string_view error, Timestamp now,
+                          std::string_view owner) {
+  const std::string truncated = truncate_error(error);
+  const std::string group(message_group);
+  return in_transaction(conn, [&] {
+    Statement s = statement();
+    s.sql("UPDATE " + table_ + " SET status = " + status_sql(EventStatus::Retry) +
+          ", attempts = attempts + 1, last_error = ")
+        .param(truncated)
+        .sql(", available_at = ")
+        .now(now)
+        .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
+        .param(std::string(event_id))
+        .sql(" AND " + pending_statuses())
+        .owned_by(owner);
+    if (s.execute(conn) != 1) {
+      return false;
+    }
+    unblock(conn, group);
+    Statement insert = statement();
+    insert
+        .sql("INSERT INTO " + block_table_ +
+             " (message_group, event_id, partition_no, blocked_at, attempts, last_error) "
+             "SELECT message_group, event_id, partition_no, ")
+        .now(now)
+        .sql(", attempts, last_error FROM " + table_ + " WHERE event_id = ")
+        .param(std::string(event_id));
+    insert.execute(conn);
+    return true;
+  });
+}
+
+int SqlGroupStore::dead_letter(Connection& conn, std::string_view event_id,
+                               std::string_view message_group, std::string_view error,
+                               Timestamp now, std::string_view owner) {
+  const std::string truncated = truncate_error(error);
+  const std::string group(message_group);
+  return in_transaction(conn, [&] {
+    // Only the events after the head: those before it were delivered (their DONE marks may not
+    // be written yet).
+    Statement place = statement();
+    place.sql("SELECT " + dialect_.group_order_column() + " FROM " + table_ + " WHERE event_id = ")
+        .param(std::string(event_id));
+    const auto found = place.query(conn);
+    if (found.empty()) {
+      return 0;
+    }
+    const std::int64_t head_place = found[0].get_int(0);
+    Statement head = statement();
+    head.sql("UPDATE " + table_ + " SET status = " + status_sql(EventStatus::Dead) +
+             ", attempts = attempts + 1, last_error = ")
+        .param(truncated)
+        .sql(", done_at = ")
+        .now(now)
+        .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
+        .param(std::string(event_id))
+        .sql(" AND " + pending_statuses())
+        .owned_by(owner);
+    if (head.execute(conn) != 1) {
+      return 0;
+    }
+    return 1 + kill_group(conn, group,
+                          truncate_error("dead-lettered with its group: head event " +
+                                         std::string(event_id) + " failed: " + truncated),
+                          now, head_place);
+  });
+}
+
+int SqlGroupStore::kill_group(Connection& conn, const std::string& message_group,
+                              const std::string& error, Timestamp now,
+                              std::optional<std::int64_t> after) {
+  Statement s = statement();
+  s.sql("UPDATE " + table_ + " SET status = " + status_sql(EventStatus::Dead) + ", last_error = ")
+      .param(error)
+      .sql(", done_at = ")
+      .now(now)
+      .sql(", locked_by = NULL, locked_at = NULL WHERE " + dialect_.group_pending_filter());
+  of_group(s, message_group);
+  if (after) {
+    s.sql(" AND " + dialect_.group_order_column() + " > ").param(*after);
+  }
+  const int changed = static_cast<int>(s.execute(conn));
+  unblock(conn, message_group);
+  return changed;
+}
+
+void SqlGroupStore::unblock(Connection& conn, const std::string& message_group) {
+  Statement s = statement();
+  s.sql("DELETE FROM " + block_table_ + " WHERE message_group = ").param(message_group);
+  s.execute(conn);
+}
+
+std::optional<GroupInfo> SqlGroupStore::find(Connection& conn, std::string_view message_group) {
+  const std::string group(message_group);
+  Statement s = statement();
+  s.sql("SELECT event_id, event_type, attempts, last_error, " + dialect_.micros("created_at") +
+        ", partition_no FROM " + table_ + " WHERE " + dialect_.group_pending_filter());
+  of_group(s, group);
+  s.sql(" ORDER BY " + dialect_.group_order_column() + " LIMIT 1");
+  const auto head = s.query(conn);
+  if (head.empty()) {
+    return std::nullopt;
+  }
+  GroupInfo info;
+  info.message_group = group;
+  info.head_event_id = head[0].get_text(0);
+  info.head_event_type = head[0].get_text(1);
+  info.attempts = static_cast<int>(head[0].get_int(2));
+  info.last_error = head[0].get_optional_text(3);
+  info.head_created_at = from_micros(head[0].get_int(4));
+  if (auto p = head[0].get_optional_int(5)) {
+    info.partition = static_cast<int>(*p);
+  }
+  Statement count = statement();
+  count.sql("SELECT COUNT(*) FROM " + table_ + " WHERE " + dialect_.group_pending_filter());
+  of_group(count, group);
+  info.pending = count.query(conn)[0].get_int(0);
+  Statement blocked = statement();
+  blocked
+      .sql("SELECT " + dialect_.micros("blocked_at") + " FROM " + block_table_ +
+           " WHERE message_group = ")
+      .param(group);
+  if (const auto rows = blocked.query(conn); !rows.empty()) {
+    info.blocked = true;
+    info.blocked_at = from_micros(rows[0].get_int(0));
+  }
+  return info;
+}
+
+std::vector<GroupInfo> SqlGroupStore::list(Connection& conn, int limit) {
+  std::vector<std::string> groups;
+  Statement blocked = statement();
+  blocked.sql("SELECT message_group FROM " + block_table_ + " ORDER BY blocked_at LIMIT ")
+      .param(std::int64_t{limit});
+  for (const auto& row : blocked.query(conn)) {
+    groups.push_back(row.get_text(0));
+  }
+  if (static_cast<int>(groups.size()) < limit) {
+    Statement failing = statement();
+    failing
+        .sql("SELECT DISTINCT message_group FROM " + table_ + " WHERE " +
+             dialect_.group_pending_filter() + " AND attempts > 0 LIMIT ")
+        .param(std::int64_t{limit});
+    for (const auto& row : failing.query(conn)) {
+      std::string group = row.get_text(0);
+      if (static_cast<int>(groups.size()) < limit &&
+          std::find(groups.begin(), groups.end(), group) == groups.end()) {
+        groups.push_back(std::move(group));
+      }
+    }
+  }
+  std::vector<GroupInfo> out;
+  for (const auto& group : groups) {
+    if (auto info = find(conn, group); info && (info->blocked || info->attempts > 0)) {
+      out.push_back(std::move(*info));
+    } else if (!info) {
+      unblock(conn, group);  // nothing pending any more: a stale block
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const GroupInfo& a, const GroupInfo& b) {
+    return a.blocked != b.blocked ? a.blocked : a.head_created_at < b.head_created_at;
+  });
+  return out;
+}
+
+bool SqlGroupStore::retry(Connection& conn, std::string_view message_group, Timestamp now) {
+  const std::string group(message_group);
+  return in_transaction(conn, [&] {
+    const auto info = find(conn, group);
+    unblock(conn, group);
+    if (!info) {
+      return false;
+    }
+    Statement s = statement();
+    s.sql("UPDATE " + table_ + " SET attempts = 0, available_at = ")
+        .now(now)
+        .sql(" WHERE event_id = ")
+        .param(info->head_event_id)
+        .sql(" AND " + pending_statuses());
+    return s.execute(conn) == 1;
+  });
+}
+
+std::optional<std::string> SqlGroupStore::skip_head(Connection& conn,
+                                                    std::string_view message_group, Timestamp now) {
+  const std::string group(message_group);
+  return in_transaction(conn, [&]() -> std::optional<std::string> {
+    const auto info = find(conn, group);
+    unblock(conn, group);
+    if (!info) {
+      return std::nullopt;
+    }
+    Statement s = statement();
+    s.sql("UPDATE " + table_ + " SET status = " + status_sql(EventStatus::Dead) + ", last_error = ")
+        .param(truncate_error("skipped by an operator" +
+                              (info->last_error ? ": " + *info->last_error : std::string())))
+        .sql(", done_at = ")
+        .now(now)
+        .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
+        .param(info->head_event_id)
+        .sql(" AND " + pending_statuses());
+    if (s.execute(conn) != 1) {
+      return std::nullopt;
+    }
+    return info->head_event_id;
+  });
+}
+
+int SqlGroupStore::dead_letter_group(Connection& conn, std::string_view message_group,
+                                     Timestamp now) {
+  const std::string group(message_group);
+  return in_transaction(
+      conn, [&] { return kill_group(conn, group, "dead-lettered by an operator", now); });
+}
+
+GroupStats SqlGroupStore::stats(Connection& conn) {
+  const auto rows =
+      statement()
+          .sql("SELECT COUNT(*), " + dialect_.micros("MIN(blocked_at)") + " FROM " + block_table_)
+          .query(conn);
+  GroupStats out;
+  if (!rows.empty()) {
+    out.blocked = rows[0].get_int(0);
+    if (auto v = rows[0].get_optional_int(1)) {
+      out.oldest_blocked_at = from_micros(*v);
+    }
+  }
+  return out;
+}
+
+}  // namespace outbox::sql

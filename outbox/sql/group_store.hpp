@@ -1,0 +1,59 @@
+#pragma once
+// The message-group store written once over a Dialect: scans of a partition, fenced claims of
+// group heads, blocked groups and the operators' actions.
+
+#include <string>
+
+#include "outbox/groups.hpp"
+#include "outbox/sql/dialect.hpp"
+
+namespace outbox::sql {
+
+/// The blocked-groups table of the outbox table `table`.
+std::string group_block_table_name(const std::string& table);
+
+/// GroupStore over `dialect` (which must outlive it) on `table` at schema version 5.
+/// `database_clock` as sql::StoreOptions::use_database_clock. Thread-safe (stateless apart from
+/// configuration). Throws std::invalid_argument on a bad table name.
+class SqlGroupStore final : public GroupStore {
+ public:
+  SqlGroupStore(const Dialect& dialect, std::string table, bool database_clock);
+
+  int assign_partitions(Connection& conn, int limit) override;
+  std::vector<GroupScanRow> scan(Connection& conn, int partition, std::string_view after_group,
+                                 int limit, Timestamp now) override;
+  std::vector<OutboxEvent> claim(Connection& conn, const LeaseToken& partition_lease, int partition,
+                                 const std::vector<std::string>& event_ids, std::string_view owner,
+                                 Timestamp now) override;
+  bool block(Connection& conn, std::string_view event_id, std::string_view message_group,
+             std::string_view error, Timestamp now, std::string_view owner) override;
+  int dead_letter(Connection& conn, std::string_view event_id, std::string_view message_group,
+                  std::string_view error, Timestamp now, std::string_view owner) override;
+  std::vector<GroupInfo> list(Connection& conn, int limit) override;
+  std::optional<GroupInfo> find(Connection& conn, std::string_view message_group) override;
+  bool retry(Connection& conn, std::string_view message_group, Timestamp now) override;
+  std::optional<std::string> skip_head(Connection& conn, std::string_view message_group,
+                                       Timestamp now) override;
+  int dead_letter_group(Connection& conn, std::string_view message_group, Timestamp now) override;
+  GroupStats stats(Connection& conn) override;
+
+ private:
+  Statement statement() const { return Statement(dialect_, database_clock_); }
+  // " AND message_group = ? AND (partition_no = ? OR partition_no IS NULL)": the group's rows
+  // through the group index (a group is in one partition, or not yet assigned).
+  void of_group(Statement& s, const std::string& message_group) const;
+  // Every pending row of the group (after the one at `after` in insert order, when given) → DEAD
+  // with `error`; the block row removed.
+  int kill_group(Connection& conn, const std::string& message_group, const std::string& error,
+                 Timestamp now, std::optional<std::int64_t> after = std::nullopt);
+  void unblock(Connection& conn, const std::string& message_group);
+
+  const Dialect& dialect_;
+  std::string table_;
+  std::string block_table_;
+  std::string lease_table_;
+  bool database_clock_;
+  std::string columns_;
+};
+
+}  // namespace outbox::sql

@@ -1,0 +1,269 @@
+// Message groups in the table on every engine: the group key and its partition are stored by the
+// writer (and assigned to rows other clients wrote without one), claims of ungrouped rows never
+// take grouped ones, a partition's scan is in group and insert order, claims are fenced by the
+// partition's lease, and the failure policies and operators' actions change what they say.
+
+#include <gtest/gtest.h>
+
+#include "outbox/errors.hpp"
+#include "outbox/lease_manager.hpp"
+#include "outbox/sql/connection.hpp"
+#include "outbox/sql/group_store.hpp"
+#include "tests/support/stream_fixture.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::StreamFixture;
+
+EventEnvelope grouped(const std::string& id, const std::string& group) {
+  return EventEnvelope::builder(EventType::of("Moved"))
+      .event_id(id)
+      .aggregate_type(AggregateType::of("Order"))
+      .aggregate_id(group)
+      .message_group(group)
+      .payload_json("{\"id\":\"" + id + "\"}")
+      .build();
+}
+
+EventEnvelope plain(const std::string& id) {
+  return EventEnvelope::builder(EventType::of("Moved")).event_id(id).payload_json("{}").build();
+}
+
+std::vector<std::string> ids_of(const std::vector<OutboxEvent>& rows) {
+  std::vector<std::string> out;
+  for (const auto& r : rows) {
+    out.push_back(r.event_id);
+  }
+  return out;
+}
+
+class GroupContract : public StreamFixture {
+ protected:
+  void SetUp() override {
+    StreamFixture::SetUp();
+    if (pool_) {
+      auto conn = pool_->acquire();
+      groups_ = detect_group_store(*conn, table_);
+    }
+  }
+  void TearDown() override {
+    if (pool_ && GetParam().name != "sqlite") {
+      pool_->acquire()->execute("DROP TABLE IF EXISTS " + sql::group_block_table_name(table_));
+    }
+    StreamFixture::TearDown();
+  }
+  void write(const std::vector<EventEnvelope>& events) {
+    auto conn = pool_->acquire();
+    store_->insert_batch(*conn, events);
+  }
+  LeaseToken take(const std::string& name, const std::string& owner = "relay-a") {
+    auto conn = pool_->acquire();
+    auto token = leases_->acquire(*conn, name, owner, 30s);
+    EXPECT_TRUE(token.has_value());
+    return *token;
+  }
+  std::vector<std::string> scan_ids(int partition, const std::string& after = {}, int limit = 100) {
+    auto conn = pool_->acquire();
+    std::vector<std::string> out;
+    for (const auto& r : groups_->scan(*conn, partition, after, limit, Clock::system()->now())) {
+      out.push_back(r.event_id);
+    }
+    return out;
+  }
+  std::vector<std::string> claim(int partition, const std::vector<std::string>& ids,
+                                 const LeaseToken& token, const std::string& owner = "relay-a") {
+    auto conn = pool_->acquire();
+    return ids_of(groups_->claim(*conn, token, partition, ids, owner, Clock::system()->now()));
+  }
+  std::shared_ptr<GroupStore> groups_;
+};
+
+TEST_P(GroupContract, TheGroupAndItsPartitionAreStoredAndReadBack) {
+  write({grouped("g1", "order-123"), plain("p1")});
+  auto conn = pool_->acquire();
+  const auto row = store_->find(*conn, "g1");
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->message_group, "order-123");
+  EXPECT_EQ(row->partition_no, message_group_partition("order-123"));
+  EXPECT_EQ(to_envelope(*row, JsonCodec::default_codec()).message_group(), "order-123");
+  const auto other = store_->find(*conn, "p1");
+  EXPECT_FALSE(other->message_group);
+  EXPECT_FALSE(other->partition_no);
+  if (engine_is("mysql")) {
+    // The partition is CRC-32 mod 64, as MariaDB's own CRC32() computes it.
+    EXPECT_EQ(conn->query("SELECT CRC32('order-123') % 64")[0].get_int(0),
+              message_group_partition("order-123"));
+  }
+}
+
+TEST_P(GroupContract, ClaimsAndPollsOfUngroupedRowsNeverTakeGroupedOnes) {
+  write({grouped("g1", "a"), plain("p1"), grouped("g2", "b"), plain("p2")});
+  auto conn = pool_->acquire();
+  const auto now = Clock::system()->now() + 1s;
+  EXPECT_EQ(ids_of(store_->poll_pending(*conn, now, 0us, 100)),
+            (std::vector<std::string>{"p1", "p2"}));
+  EXPECT_EQ(ids_of(store_->claim_pending(*conn, "node", now, 30s, 0us, 100)),
+            (std::vector<std::string>{"p1", "p2"}));
+  // Still pending as far as the operators' counts go.
+  EXPECT_EQ(store_->count_by_status(*conn)[0], 4);
+  EXPECT_TRUE(store_->oldest_pending(*conn));
+}
+
+TEST_P(GroupContract, AScanReadsAPartitionGroupByGroupInInsertOrderAndResumesAfterAGroup) {
+  // Three keys of one partition, written interleaved.
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < 3; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    if (message_group_partition(key) == 7) {
+      keys.push_back(key);
+    }
+  }
+  std::vector<EventEnvelope> events;
+  for (int n = 0; n < 3; ++n) {
+    for (const auto& key : keys) {
+      events.push_back(grouped(key + "-" + std::to_string(n), key));
+    }
+  }
+  for (const auto& e : events) {
+    write({e});  // one transaction each: insert order is write order
+  }
+  std::vector<std::string> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::string> expected;
+  for (const auto& key : sorted) {
+    for (int n = 0; n < 3; ++n) {
+      expected.push_back(key + "-" + std::to_string(n));
+    }
+  }
+  EXPECT_EQ(scan_ids(7), expected);
+  EXPECT_EQ(scan_ids(7, sorted[0]), std::vector<std::string>(expected.begin() + 3, expected.end()));
+  EXPECT_TRUE(scan_ids(8).empty() || message_group_partition(sorted[0]) != 8);
+}
+
+TEST_P(GroupContract, AClaimNeedsThePartitionLeaseLiveInTheDatabase) {
+  write({grouped("e1", "acct-9"), grouped("e2", "acct-9")});
+  const int p = message_group_partition("acct-9");
+  const auto token = take(partition_lease_name(p));
+  // A token of another partition is refused; an old epoch claims nothing.
+  const auto other = take(partition_lease_name((p + 1) % kMessageGroupPartitions));
+  EXPECT_THROW(claim(p, {"e1", "e2"}, other), std::invalid_argument);
+  LeaseToken stale = token;
+  stale.epoch -= 1;
+  EXPECT_TRUE(claim(p, {"e1", "e2"}, stale).empty());
+  EXPECT_EQ(claim(p, {"e2", "e1"}, token), (std::vector<std::string>{"e2", "e1"}));
+  auto conn = pool_->acquire();
+  EXPECT_EQ(store_->find(*conn, "e1")->locked_by, "relay-a");
+  // Released, then taken by another relay: the first relay's token claims nothing any more, and
+  // the new holder claims over the old holder's row claims.
+  ASSERT_TRUE(leases_->release(*conn, token));
+  const auto taken = take(partition_lease_name(p), "relay-b");
+  EXPECT_TRUE(claim(p, {"e1"}, token).empty());
+  EXPECT_EQ(claim(p, {"e1"}, taken, "relay-b"), (std::vector<std::string>{"e1"}));
+  // The old holder's status writes are refused: the row's claim is another's.
+  EXPECT_EQ(store_->mark_done(*conn, "e1", Clock::system()->now(), "relay-a"), 0);
+}
+
+TEST_P(GroupContract, BlockKeepsTheHeadPendingAndTheOperatorsActionsDoWhatTheySay) {
+  write({grouped("h1", "g"), grouped("h2", "g"), grouped("h3", "g"), grouped("x1", "other")});
+  const int p = message_group_partition("g");
+  const auto token = take(partition_lease_name(p));
+  ASSERT_EQ(claim(p, {"h1"}, token).size(), 1U);
+  auto conn = pool_->acquire();
+  const auto now = Clock::system()->now();
+  // Only the claim's holder may block it.
+  EXPECT_FALSE(groups_->block(*conn, "h1", "g", "boom 1", now, "relay-z"));
+  ASSERT_TRUE(groups_->block(*conn, "h1", "g", "HTTP 500 boom", now, "relay-a"));
+  auto head = store_->find(*conn, "h1");
+  EXPECT_EQ(head->status, EventStatus::Retry);
+  EXPECT_EQ(head->attempts, 1);
+  EXPECT_EQ(head->last_error, "HTTP 500 boom");
+  EXPECT_FALSE(head->locked_by);
+  const auto rows = groups_->scan(*conn, p, {}, 100, Clock::system()->now() + 1s);
+  ASSERT_FALSE(rows.empty());
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.blocked, r.message_group == "g") << r.event_id;
+  }
+  auto info = groups_->find(*conn, "g");
+  ASSERT_TRUE(info);
+  EXPECT_TRUE(info->blocked);
+  EXPECT_EQ(info->head_event_id, "h1");
+  EXPECT_EQ(info->pending, 3);
+  EXPECT_EQ(groups_->stats(*conn).blocked, 1);
+  const auto listed = groups_->list(*conn, 10);
+  ASSERT_EQ(listed.size(), 1U);
+  EXPECT_EQ(listed[0].message_group, "g");
+
+  // retry: unblocked, attempts reset, due now.
+  ASSERT_TRUE(groups_->retry(*conn, "g", Clock::system()->now()));
+  EXPECT_FALSE(groups_->find(*conn, "g")->blocked);
+  EXPECT_EQ(store_->find(*conn, "h1")->attempts, 0);
+  EXPECT_EQ(groups_->stats(*conn).blocked, 0);
+  // skip-head: the head goes DEAD, the next event is the head.
+  EXPECT_EQ(groups_->skip_head(*conn, "g", Clock::system()->now()), "h1");
+  EXPECT_EQ(store_->find(*conn, "h1")->status, EventStatus::Dead);
+  EXPECT_EQ(groups_->find(*conn, "g")->head_event_id, "h2");
+  // dead-letter: every pending event of the group goes DEAD; other groups are untouched.
+  EXPECT_EQ(groups_->dead_letter_group(*conn, "g", Clock::system()->now()), 2);
+  EXPECT_FALSE(groups_->find(*conn, "g"));
+  EXPECT_EQ(store_->find(*conn, "x1")->status, EventStatus::New);
+  EXPECT_FALSE(groups_->skip_head(*conn, "g", Clock::system()->now()));
+}
+
+TEST_P(GroupContract, DeadLetterTakesTheHeadAndThePendingRestOfItsGroupTogether) {
+  write({grouped("d1", "g"), grouped("d2", "g"), grouped("d3", "g"), grouped("y1", "h")});
+  const int p = message_group_partition("g");
+  const auto token = take(partition_lease_name(p));
+  ASSERT_EQ(claim(p, {"d1", "d2"}, token).size(), 2U);
+  auto conn = pool_->acquire();
+  EXPECT_EQ(groups_->dead_letter(*conn, "d1", "g", "bad", Clock::system()->now(), "relay-z"), 0);
+  EXPECT_EQ(store_->find(*conn, "d2")->status, EventStatus::New);
+  EXPECT_EQ(groups_->dead_letter(*conn, "d1", "g", "bad", Clock::system()->now(), "relay-a"), 3);
+  for (const char* id : {"d1", "d2", "d3"}) {
+    const auto row = store_->find(*conn, id);
+    EXPECT_EQ(row->status, EventStatus::Dead) << id;
+    EXPECT_NE(row->last_error->find(id == std::string("d1") ? "bad" : "head event d1"),
+              std::string::npos)
+        << *row->last_error;
+  }
+  EXPECT_EQ(store_->find(*conn, "y1")->status, EventStatus::New);
+  // Replayed in order, the group is whole again.
+  for (const char* id : {"d1", "d2", "d3"}) {
+    EXPECT_EQ(store_->replay_dead(*conn, id, Clock::system()->now()), 1);
+  }
+  EXPECT_EQ(scan_ids(p).size(), 3U + (message_group_partition("h") == p ? 1U : 0U));
+}
+
+TEST_P(GroupContract, RowsWrittenWithoutAPartitionGetTheirGroupsPartition) {
+  auto conn = pool_->acquire();
+  const std::string now =
+      engine_is("sqlite") ? "0" : (engine_is("postgres") ? "now()" : "UTC_TIMESTAMP(6)");
+  for (const char* id : {"o1", "o2"}) {
+    conn->execute(
+        "INSERT INTO " + table_ +
+        " (event_id, event_type, aggregate_type, payload, status, attempts, available_at, "
+        "created_at, message_group) VALUES ('" +
+        id + "', 'Moved', 'Order', '{}', 0, 0, " + now + ", " + now + ", 'py-order-1')");
+  }
+  EXPECT_EQ(groups_->assign_partitions(*conn, 100), 2);
+  EXPECT_EQ(store_->find(*conn, "o2")->partition_no, message_group_partition("py-order-1"));
+  EXPECT_EQ(groups_->assign_partitions(*conn, 100), 0);
+}
+
+TEST_P(GroupContract, MigratingAgainChangesNothing) {
+  write({grouped("m1", "g"), plain("m2")});
+  auto conn = pool_->acquire();
+  create_schema_for(*conn, table_);
+  migrate(*conn, table_);
+  migrate(*conn, table_);
+  EXPECT_EQ(schema_version(*conn, table_), kSchemaVersion);
+  EXPECT_EQ(ids_of(store_->poll_pending(*conn, Clock::system()->now() + 1s, 0us, 10)),
+            (std::vector<std::string>{"m2"}));
+  EXPECT_EQ(scan_ids(message_group_partition("g")), (std::vector<std::string>{"m1"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, GroupContract, testing::all_engines(), testing::engine_name);
+
+}  // namespace
+}  // namespace outbox
