@@ -1,12 +1,14 @@
 // outbox-relay-bench: how fast the relay drains a backlog into each publisher.
 //
 //   outbox-relay-bench --db=URL [--publisher=kafka|http|http-batch|log] [--events=N]
-//                      [--workers=W] [--batch=B] [--payload=BYTES]
+//                      [--workers=W] [--batch=B] [--payload=BYTES] [--groups=G]
 //
 // N events are inserted first; then a Relay (the library behind `outbox relay`, in this process)
 // claims and publishes them to librdkafka's mock cluster, a loopback HTTP server (cpp-httplib), or
-// the log publisher writing to /dev/null. Prints one line: events/s from start to the last DONE,
-// peak RSS. Progress goes to stderr once a second. Exits non-zero if an event is not delivered.
+// the log publisher writing to /dev/null. With G > 0 the events are spread over G message groups
+// (delivered per group in order, docs/groups.md). Prints one line: events/s from start to the last
+// DONE, peak RSS. Progress goes to stderr once a second. Exits non-zero if an event is not
+// delivered.
 
 #include <sys/resource.h>
 
@@ -20,6 +22,9 @@
 #include "outbox/log.hpp"
 #include "outbox/prometheus/metrics.hpp"
 #include "outbox/relay/relay.hpp"
+#include "outbox/sql/group_store.hpp"
+#include "outbox/sql/lease_store.hpp"
+#include "outbox/sql/stream_store.hpp"
 #include "tests/support/http_server.hpp"
 #include "tests/support/kafka_mock.hpp"
 
@@ -29,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Args {
   std::string db, publisher = "kafka";
-  int events = 50000, workers = 16, batch = 500, payload = 200;
+  int events = 50000, workers = 16, batch = 500, payload = 200, groups = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -52,13 +57,15 @@ Args parse(int argc, char** argv) {
       a.batch = std::atoi(v);
     else if (auto v = value("payload"))
       a.payload = std::atoi(v);
+    else if (auto v = value("groups"))
+      a.groups = std::atoi(v);
     else
       throw std::invalid_argument("unknown argument " + arg);
   }
-  if (a.db.empty() || a.events <= 0 || a.workers <= 0 || a.batch <= 0) {
+  if (a.db.empty() || a.events <= 0 || a.workers <= 0 || a.batch <= 0 || a.groups < 0) {
     throw std::invalid_argument(
         "usage: outbox-relay-bench --db=URL [--publisher=kafka|http|"
-        "http-batch|log] [--events=N] [--workers=W] [--batch=B]");
+        "http-batch|log] [--events=N] [--workers=W] [--batch=B] [--payload=BYTES] [--groups=G]");
   }
   return a;
 }
@@ -84,11 +91,14 @@ int main(int argc, char** argv) try {
     const std::string payload = "{\"data\":\"" + std::string(args.payload, 'x') + "\"}";
     std::vector<outbox::EventEnvelope> chunk;
     for (int i = 0; i < args.events; ++i) {
-      chunk.push_back(outbox::EventEnvelope::builder(outbox::EventType::of("OrderPlaced"))
-                          .aggregate_type(outbox::AggregateType::of("Order"))
-                          .aggregate_id("o-" + std::to_string(i % 1000))
-                          .payload_json(payload)
-                          .build());
+      auto b = outbox::EventEnvelope::builder(outbox::EventType::of("OrderPlaced"))
+                   .aggregate_type(outbox::AggregateType::of("Order"))
+                   .aggregate_id("o-" + std::to_string(i % 1000))
+                   .payload_json(payload);
+      if (args.groups > 0) {
+        b.message_group("g-" + std::to_string(i % args.groups));
+      }
+      chunk.push_back(b.build());
       if (chunk.size() == 500 || i + 1 == args.events) {
         store->insert_batch(*conn, chunk);
         chunk.clear();
@@ -164,14 +174,19 @@ int main(int argc, char** argv) try {
   relay.stop();
   auto conn = pool->acquire();
   const auto counts = store->count_by_status(*conn);
-  conn->execute("DROP TABLE " + table);
+  for (const auto& t :
+       {outbox::sql::lease_table_name(table), outbox::sql::group_block_table_name(table),
+        outbox::sql::subscription_table_name(table), outbox::derived_name(table, "_stream_head"),
+        table}) {
+    conn->execute("DROP TABLE IF EXISTS " + t);
+  }
   conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table + "'");
   std::printf(
-      "relay-bench db=%s publisher=%s events=%d workers=%d batch=%d done=%lld dead=%lld "
-      "events/s=%.0f seconds=%.2f peak_rss_mb=%ld\n",
-      conn->dialect().data(), args.publisher.c_str(), args.events, args.workers, args.batch,
-      static_cast<long long>(counts[1]), static_cast<long long>(counts[3]), args.events / secs,
-      secs, peak_rss_mb());
+      "relay-bench db=%s publisher=%s events=%d groups=%d workers=%d batch=%d done=%lld "
+      "dead=%lld events/s=%.0f seconds=%.2f peak_rss_mb=%ld\n",
+      conn->dialect().data(), args.publisher.c_str(), args.events, args.groups, args.workers,
+      args.batch, static_cast<long long>(counts[1]), static_cast<long long>(counts[3]),
+      args.events / secs, secs, peak_rss_mb());
   return counts[1] == args.events ? 0 : 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "outbox-relay-bench: %s\n", e.what());

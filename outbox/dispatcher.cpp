@@ -260,8 +260,10 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, boo
       return EnqueueResult::Duplicate;  // already queued or being processed here
     }
     if (event.partition && options_.max_concurrent_groups > 0) {
-      partition_of_.emplace(id, *event.partition);
+      const std::string& group = event.envelope.message_group().value_or(std::string());
+      grouped_.emplace(id, std::make_pair(*event.partition, group));
       ++partition_load_[*event.partition];
+      ++group_load_[group];
     }
     queue_->push(std::move(event));
     hot_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Hot));
@@ -334,8 +336,9 @@ void OutboxDispatcher::close() {
   for (auto& e : queue_->clear()) {
     ledger_->release(e.envelope.event_id());
   }
-  partition_of_.clear();
+  grouped_.clear();
   partition_load_.clear();
+  group_load_.clear();
   lock.unlock();
   if (!drained) {
     log(LogLevel::Warning, "OutboxDispatcher: drain timeout; " + std::to_string(left) +
@@ -435,23 +438,35 @@ void OutboxDispatcher::end_group(const std::string& group, bool go_on) {
       drained_.notify_all();
     }
   }
-  work_ready_.notify_all();  // the group may be taken again, or the cap has room
+  work_ready_.notify_one();  // one more take is possible: the group again, or another group
+  if (options_.group_ended) {
+    options_.group_ended();
+  }
 }
 
 void OutboxDispatcher::forget(const std::string& event_id) {
   ledger_->finish(event_id);
-  const auto it = partition_of_.find(event_id);
-  if (it != partition_of_.end()) {
-    if (--partition_load_[it->second] == 0) {
-      partition_load_.erase(it->second);
+  const auto it = grouped_.find(event_id);
+  if (it != grouped_.end()) {
+    const auto& [partition, group] = it->second;
+    if (--partition_load_[partition] == 0) {
+      partition_load_.erase(partition);
     }
-    partition_of_.erase(it);
+    if (--group_load_[group] == 0) {
+      group_load_.erase(group);
+    }
+    grouped_.erase(it);
   }
 }
 
 bool OutboxDispatcher::group_busy(const std::string& group) const {
   std::lock_guard lock(queue_mutex_);
-  return queue_->group_busy(group);
+  return group_load_.contains(group);
+}
+
+std::size_t OutboxDispatcher::grouped_held() const {
+  std::lock_guard lock(queue_mutex_);
+  return grouped_.size();
 }
 
 std::size_t OutboxDispatcher::partition_load(int partition) const {

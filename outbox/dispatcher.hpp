@@ -110,6 +110,8 @@ class OutboxDispatcher {
     std::shared_ptr<GroupStore> group_store;
     /// Message groups: the policy for a head that failed for good; default Block.
     std::function<GroupFailurePolicy(const EventEnvelope&)> group_failure_policy;
+    /// Message groups: called (on the worker, no lock held) after a group's take ended.
+    std::function<void()> group_ended;
   };
 
   /// Validates (std::invalid_argument naming the field). Starts no thread: events queued before
@@ -152,11 +154,14 @@ class OutboxDispatcher {
   int in_memory() const;
   /// Free slots in the cold queue (0 when closing).
   int cold_queue_remaining_capacity() const;
-  /// Message groups: true while events of `group` wait or run here (the poller leaves the group).
+  /// Message groups: true while events of `group` are held here (waiting, running, or waiting for
+  /// their DONE mark to be written): the poller leaves the group alone meanwhile.
   bool group_busy(const std::string& group) const;
   /// Message groups: events of `partition` held here (waiting, running, or waiting for their DONE
   /// mark to be written). A partition is handed over only at 0.
   std::size_t partition_load(int partition) const;
+  /// Message groups: grouped events held here (waiting, running, or waiting for their DONE mark).
+  std::size_t grouped_held() const;
   /// Message groups: drops the waiting events of `partition` (handed over); they stay in the
   /// table for its next holder.
   void drop_partition(int partition);
@@ -209,8 +214,11 @@ class OutboxDispatcher {
   bool abandon_ = false;
   std::uint64_t expired_dropped_ = 0;
   std::uint64_t inactive_dropped_ = 0;
-  std::unordered_map<std::string, int> partition_of_;  // grouped events held here
+  // Grouped events held here (waiting, running or waiting for their DONE mark): id → partition
+  // and group, and the counts per partition and per group.
+  std::unordered_map<std::string, std::pair<int, std::string>> grouped_;
   std::unordered_map<int, std::size_t> partition_load_;
+  std::unordered_map<std::string, std::size_t> group_load_;
   std::size_t max_active_groups_ = 0;
   std::unique_ptr<internal::StatusWriter> status_writer_;
   std::unique_ptr<internal::DoneFlusher> flusher_;

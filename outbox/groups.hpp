@@ -29,13 +29,23 @@ GroupFailurePolicy parse_group_failure_policy(std::string_view text);
 
 /// The lease a node holds to deliver partition `n`: "part:<n>".
 std::string partition_lease_name(int partition);
+/// The partition of a lease named "part:<n>"; nullopt for another name.
+std::optional<int> partition_of_lease(std::string_view name);
 
-/// A row seen by a scan of one partition: enough to pick due group heads.
+/// Where a scan reads one partition: from the first group after `after_group` (empty: from the
+/// start), at most `limit` rows.
+struct GroupScanRange {
+  int partition = 0;
+  std::string after_group;
+  int limit = 0;
+};
+
+/// A row seen by a scan: enough to pick due group heads.
 struct GroupScanRow {
   std::string event_id;
   std::string message_group;
-  bool due = false;      ///< available_at has passed
-  bool blocked = false;  ///< the group is in the blocked-groups table
+  int partition = 0;
+  bool due = false;  ///< available_at has passed
 };
 
 /// A group an operator may have to act on: blocked, or with a head that failed at least once.
@@ -67,16 +77,24 @@ class GroupStore {
   /// Sets partition_no on grouped pending rows written without one (a writer outside this library
   /// that left it NULL), a whole group per statement, oldest first. Returns rows assigned.
   virtual int assign_partitions(sql::Connection& conn, int limit) = 0;
-  /// Pending rows of `partition` in (group, insert order) order, from the first group after
-  /// `after_group` (empty: from the start), at most `limit` rows.
-  virtual std::vector<GroupScanRow> scan(sql::Connection& conn, int partition,
-                                         std::string_view after_group, int limit,
+  /// Pending rows of each range's partition in (group, insert order) order, range after range,
+  /// in one statement.
+  virtual std::vector<GroupScanRow> scan(sql::Connection& conn,
+                                         const std::vector<GroupScanRange>& ranges,
                                          Timestamp now) = 0;
-  /// Claims the pending rows among `event_ids` (locked_by = owner, locked_at = now) while
-  /// `partition_lease` is live in the database, in the same statement; returns the rows claimed
-  /// in group and insert order. Throws std::invalid_argument when the lease is not `partition`'s.
-  virtual std::vector<OutboxEvent> claim(sql::Connection& conn, const LeaseToken& partition_lease,
-                                         int partition, const std::vector<std::string>& event_ids,
+  /// Those of `groups` that have a pending row without a partition yet.
+  virtual std::vector<std::string> unassigned(sql::Connection& conn,
+                                              const std::vector<std::string>& groups) = 0;
+  /// The blocked groups of `partitions`.
+  virtual std::vector<std::string> blocked(sql::Connection& conn,
+                                           const std::vector<int>& partitions) = 0;
+  /// Claims the pending rows among `event_ids` (locked_by = owner, locked_at = now) whose
+  /// partition's lease among `partition_leases` ("part:<n>") is live in the database, in the same
+  /// statement; returns the rows claimed, in the order of `event_ids`. Throws
+  /// std::invalid_argument for a lease that is not a partition's.
+  virtual std::vector<OutboxEvent> claim(sql::Connection& conn,
+                                         const std::vector<LeaseToken>& partition_leases,
+                                         const std::vector<std::string>& event_ids,
                                          std::string_view owner, Timestamp now) = 0;
   /// The head `event_id` failed for good under Block: it stays pending (attempts + 1, the error
   /// kept) and its group is recorded as blocked. False when `owner` no longer holds its claim.

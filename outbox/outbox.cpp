@@ -7,6 +7,7 @@
 #include "outbox/dispatcher.hpp"
 #include "outbox/dispatcher_writer_hook.hpp"
 #include "outbox/internal/group_partitions.hpp"
+#include "outbox/json_codec.hpp"
 #include "outbox/lease_manager.hpp"
 #include "outbox/listener.hpp"
 #include "outbox/log.hpp"
@@ -159,9 +160,9 @@ void require_unset_filled_fields(const Outbox::Options& o) {
   require_unset(d.claim_timeout.count() != 0, "dispatcher.claim_timeout", "claim_locking");
   require_unset(d.ordered, "dispatcher.ordered", "Outbox::ordered()");
   require_unset(o.lease && d.active, "dispatcher.active", "lease");
-  require_unset(
-      d.max_concurrent_groups != 0 || d.partition_held || d.group_store || d.group_failure_policy,
-      "dispatcher's message-group fields", "groups");
+  require_unset(d.max_concurrent_groups != 0 || d.partition_held || d.group_store ||
+                    d.group_failure_policy || d.group_ended,
+                "dispatcher's message-group fields", "groups");
   const auto& p = o.poller;
   require_unset(p.connection_provider != nullptr, "poller.connection_provider",
                 "connection_provider");
@@ -288,11 +289,15 @@ Outbox Outbox::build(Options o, Mode mode) {
 
   Outbox outbox;
   if (o.groups) {
-    outbox.groups_ = std::make_unique<internal::GroupPartitions>(
-        internal::GroupPartitions::Options{.leases = o.groups->leases,
-                                           .store = o.groups->store,
-                                           .owner = owner,
-                                           .per_group = o.groups->per_group});
+    outbox.groups_ = std::make_unique<internal::GroupPartitions>(internal::GroupPartitions::Options{
+        .leases = o.groups->leases,
+        .store = o.groups->store,
+        .outbox_store = o.store,
+        .owner = owner,
+        .per_group = o.groups->per_group,
+        .max_concurrent_groups = o.groups->max_concurrent_groups,
+        .codec = o.poller.json_codec != nullptr ? o.poller.json_codec : &JsonCodec::default_codec(),
+        .on_failure = o.groups->on_failure});
   }
   std::shared_ptr<WriterHook> hook;
   if (mode != Mode::WriterOnly) {
@@ -316,6 +321,7 @@ Outbox Outbox::build(Options o, Mode mode) {
       };
       dispatcher.group_store = o.groups->store;
       dispatcher.group_failure_policy = o.groups->on_failure;
+      dispatcher.group_ended = [groups = outbox.groups_.get()] { groups->group_done(); };
     }
     outbox.dispatcher_ = std::make_unique<OutboxDispatcher>(std::move(dispatcher));
     // On failure from here on, `outbox` is destroyed, which closes the dispatcher.

@@ -218,38 +218,26 @@ int OutboxPoller::poll() {
     }
     const OutboxEvent* passed = nullptr;  // the last row handed over or settled
     bool refused = false;
-    // Hands rows over until the handler refuses one (queue full): the rest stay pending (claimed
-    // rows until their lock expires, or the next claim of their group).
-    const auto hand_over = [&](const std::vector<OutboxEvent>& page, bool grouped) {
-      for (const auto& row : page) {
-        std::optional<EventEnvelope> envelope;
-        try {
-          envelope.emplace(to_envelope(row, *options_.json_codec));
-        } catch (const std::exception& e) {
-          const std::string error = std::string("decode failure: ") + e.what();
-          log(LogLevel::Error, "OutboxPoller: event " + row.event_id +
-                                   " cannot be decoded, marking DEAD: " + e.what());
-          options_.store->mark_dead(*conn, row.event_id, now, error, false, owner_);
-          options_.metrics->increment_dispatch_dead();
-          if (!grouped) {
-            passed = &row;
-          }
-          continue;
-        }
-        const bool taken =
-            grouped ? handler.handle_grouped(*envelope, row.attempts, row.partition_no.value_or(-1))
-                    : handler.handle(*envelope, row.attempts);
-        if (!taken) {
-          refused = true;
-          return;
-        }
-        if (!grouped) {
-          passed = &row;
-        }
-        ++handed;
+    for (const auto& row : rows) {
+      std::optional<EventEnvelope> envelope;
+      try {
+        envelope.emplace(to_envelope(row, *options_.json_codec));
+      } catch (const std::exception& e) {
+        const std::string error = std::string("decode failure: ") + e.what();
+        log(LogLevel::Error, "OutboxPoller: event " + row.event_id +
+                                 " cannot be decoded, marking DEAD: " + e.what());
+        options_.store->mark_dead(*conn, row.event_id, now, error, false, owner_);
+        options_.metrics->increment_dispatch_dead();
+        passed = &row;
+        continue;
       }
-    };
-    hand_over(rows, false);
+      if (!handler.handle(*envelope, row.attempts)) {
+        refused = true;
+        break;  // queue full: the remaining rows stay pending (claimed rows until lock expiry)
+      }
+      passed = &row;
+      ++handed;
+    }
     // Resume after the last row passed while pages are full or the queue refused; a short page
     // means the end was reached, so the next cycle starts from the head.
     if ((refused || static_cast<int>(rows.size()) >= requested) && passed != nullptr) {
@@ -258,17 +246,27 @@ int OutboxPoller::poll() {
     } else if (!refused) {
       cursor_created_at_.reset();
     }
+    bool groups_left = false;
     if (options_.claim_groups && !refused) {
       const int room = std::min(handler.available_capacity(), options_.batch_size);
       if (room > 0) {
-        hand_over(options_.claim_groups(*conn, now, room), true);
+        auto grouped = options_.claim_groups(*conn, now, room);
+        groups_left = grouped.more;
+        for (const auto& e : grouped.events) {
+          if (!handler.handle_grouped(e.envelope, e.attempts, e.partition)) {
+            refused = true;  // the rest stay claimed until their group is claimed again
+            break;
+          }
+          ++handed;
+        }
       }
     }
     consecutive_failures_.store(0);
     // Rows already queued or in flight here come back in every poll: only a full batch of new
     // work is a reason not to wait.
     const int fresh = handler.new_in_cycle().value_or(handed);
-    last_cycle_ = fresh >= limit ? CycleResult::FullBatch : CycleResult::Partial;
+    last_cycle_ =
+        fresh >= limit || (groups_left && !refused) ? CycleResult::FullBatch : CycleResult::Partial;
   } catch (const std::exception& e) {
     cursor_created_at_.reset();
     const int failures = consecutive_failures_.fetch_add(1) + 1;

@@ -80,6 +80,19 @@ struct ClaimLocking {
   std::chrono::milliseconds lock_timeout{std::chrono::minutes(5)};  ///< > 0, <= kMaxDuration
 };
 
+/// One event of a message group claimed by a poll cycle.
+struct ClaimedEvent {
+  EventEnvelope envelope;
+  int attempts = 0;
+  int partition = 0;
+};
+
+/// What one cycle's claim of message groups got.
+struct GroupClaim {
+  std::vector<ClaimedEvent> events;  ///< group by group, each in insert order
+  bool more = false;                 ///< claimable rows were left for the next cycle
+};
+
 /// Polls pending rows on a schedule and hands them to a handler. Thread-safe.
 class OutboxPoller {
  public:
@@ -102,9 +115,10 @@ class OutboxPoller {
     /// When set, a cycle reads nothing while it returns false (a standby without the lease).
     std::function<bool()> active;
     /// Message groups: called each cycle after the ungrouped rows with the room left (at most
-    /// batch_size); returns the grouped rows it claimed, group by group in insert order.
-    std::function<std::vector<OutboxEvent>(sql::Connection& conn, Timestamp now, int limit)>
-        claim_groups;
+    /// batch_size); returns the grouped events it claimed (decoded; rows that do not decode were
+    /// settled by their group's failure policy), group by group in insert order, and whether
+    /// claimable rows were left behind (the next cycle then runs at once).
+    std::function<GroupClaim(sql::Connection& conn, Timestamp now, int limit)> claim_groups;
   };
 
   /// Validates (std::invalid_argument naming the field). Does not start polling.

@@ -141,7 +141,8 @@ class OutboxStore {
                                                  std::chrono::milliseconds lock_timeout,
                                                  std::chrono::microseconds skip_recent, int limit,
                                                  const PendingKey* after = nullptr) = 0;
-  /// DEAD rows, optional filters, oldest first. With `with_payloads` false the payloads are not
+  /// DEAD rows, optional filters, in the order they were written (insert order: replayed in this
+  /// order, a message group comes back head first). With `with_payloads` false the payloads are not
   /// read (empty in the result): listings stay small whatever the events carry.
   virtual std::vector<OutboxEvent> query_dead(sql::Connection& conn,
                                               std::optional<std::string_view> event_type,

@@ -39,8 +39,6 @@ class DispatchQueue {
   virtual std::vector<QueuedEvent> end_group(const std::string& /*group*/, bool /*drop_rest*/) {
     return {};
   }
-  /// Message groups: true while events of `group` wait or run here.
-  virtual bool group_busy(const std::string& /*group*/) const { return false; }
   /// Message groups: removes and returns the waiting events of `partition` (a partition handed
   /// over); events of running groups stay until their group ends.
   virtual std::vector<QueuedEvent> drop_partition(int /*partition*/) { return {}; }

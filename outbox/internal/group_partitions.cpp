@@ -2,18 +2,24 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "outbox/dispatcher.hpp"
+#include "outbox/json_codec.hpp"
 #include "outbox/lease_manager.hpp"
 #include "outbox/log.hpp"
+#include "outbox/store.hpp"
 
 namespace outbox::internal {
 namespace {
 
-// Rows of grouped pending events read per claim, whatever `limit` is: one large group (or many
-// blocked ones) costs at most this much of one cycle; the next cycle reads on from after it.
+// Rows of grouped pending events read per claim: what the last cycles needed per row claimed
+// (rows behind the first per_group of a group, of busy or blocked groups, are read for nothing),
+// at least kMinScanBudget and at most kMaxRowsPerClaim per row wanted. One large group (or many
+// blocked ones) costs at most that much of one cycle; the next cycle reads on from after it.
 constexpr int kMinScanBudget = 500;
-constexpr int kScanBudgetPerRow = 20;
+constexpr double kMaxRowsPerClaim = 20;
 // Rows written without a partition (outside writers) assigned per cycle.
 constexpr int kAssignPerCycle = 500;
 
@@ -142,50 +148,215 @@ void GroupPartitions::balance() {
   }
 }
 
-std::vector<OutboxEvent> GroupPartitions::claim(sql::Connection& conn, Timestamp now, int limit) {
-  options_.store->assign_partitions(conn, kAssignPerCycle);
-  std::vector<OutboxEvent> out;
-  int budget = std::max(kMinScanBudget, kScanBudgetPerRow * limit);
-  for (int step = 0; step < kMessageGroupPartitions && budget > 0; ++step) {
-    if (static_cast<int>(out.size()) >= limit) {
-      break;
-    }
-    const int number = next_partition_;
-    next_partition_ = (next_partition_ + 1) % kMessageGroupPartitions;
+void GroupPartitions::group_done() {
+  if (waiting_for_room_.load() && dispatcher_->grouped_held() < held_bound() / 2 &&
+      waiting_for_room_.exchange(false) && wake_) {
+    wake_();
+  }
+}
+
+std::size_t GroupPartitions::held_bound() const {
+  return 2 * options_.max_concurrent_groups * static_cast<std::size_t>(options_.per_group);
+}
+
+std::vector<std::pair<int, LeaseToken>> GroupPartitions::held_partitions() const {
+  std::vector<std::pair<int, LeaseToken>> held;
+  for (int step = 0; step < kMessageGroupPartitions; ++step) {
+    const int number = (next_partition_ + step) % kMessageGroupPartitions;
     auto& partition = *partitions_[static_cast<std::size_t>(number)];
-    const auto token = options_.leases->token(partition.lease());
-    if (!token || !partition.deliverable()) {
-      continue;
+    if (auto token = options_.leases->token(partition.lease()); token && partition.deliverable()) {
+      held.emplace_back(number, std::move(*token));
     }
+  }
+  return held;
+}
+
+bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToken>>& held,
+                                      const std::vector<GroupScanRow>& rows, int per_partition) {
+  // A partition whose page came back short was read to its end: its next scan starts over;
+  // otherwise it resumes after the last group read (whose head, first in its run, was seen).
+  std::unordered_map<int, std::pair<int, std::string>> read;  // partition → rows, last group
+  for (const auto& r : rows) {
+    auto& [count, last] = read[r.partition];
+    ++count;
+    last = r.message_group;
+  }
+  bool full = false;
+  for (const auto& [number, token] : held) {
+    const auto it = read.find(number);
     auto& cursor = cursors_[static_cast<std::size_t>(number)];
-    const int asked = budget;
-    const auto rows = options_.store->scan(conn, number, cursor, asked, now);
-    budget -= static_cast<int>(rows.size());
-    // A short page reached the end: the next scan starts over; otherwise it resumes after the
-    // last group read (whose head, first in its run, was seen).
-    cursor = static_cast<int>(rows.size()) < asked ? std::string() : rows.back().message_group;
-    std::vector<std::string> ids;
-    const int room = limit - static_cast<int>(out.size());
-    for (std::size_t i = 0; i < rows.size() && static_cast<int>(ids.size()) < room;) {
-      const std::string& group = rows[i].message_group;
-      const bool take = rows[i].due && !rows[i].blocked && !dispatcher_->group_busy(group);
-      int taken = 0;
-      for (; i < rows.size() && rows[i].message_group == group; ++i) {
-        if (take && taken < options_.per_group && static_cast<int>(ids.size()) < room) {
-          ids.push_back(rows[i].event_id);
-          ++taken;
-        }
+    cursor =
+        it == read.end() || it->second.first < per_partition ? std::string() : it->second.second;
+    full = full || !cursor.empty();
+  }
+  return full;
+}
+
+std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
+                                                         const std::vector<GroupScanRow>& rows,
+                                                         const std::vector<int>& partitions,
+                                                         int limit, std::size_t& examined) {
+  const auto blocked_list = options_.store->blocked(conn, partitions);
+  const std::unordered_set<std::string> blocked(blocked_list.begin(), blocked_list.end());
+  std::vector<Pick> picks;
+  int wanted = 0;
+  examined = 0;
+  while (examined < rows.size() && wanted < limit) {
+    const auto& head = rows[examined];
+    const bool take = head.due && !blocked.contains(head.message_group) &&
+                      !dispatcher_->group_busy(head.message_group);
+    Pick p{head.partition, head.message_group, {}};
+    for (; examined < rows.size() && rows[examined].partition == head.partition &&
+           rows[examined].message_group == head.message_group;
+         ++examined) {
+      if (take && static_cast<int>(p.ids.size()) < options_.per_group && wanted < limit) {
+        p.ids.push_back(rows[examined].event_id);
+        ++wanted;
       }
     }
-    if (ids.empty()) {
-      continue;
+    if (!p.ids.empty()) {
+      picks.push_back(std::move(p));
     }
-    auto claimed = options_.store->claim(conn, *token, number, ids, options_.owner, now);
-    for (auto& row : claimed) {
-      out.push_back(std::move(row));
+  }
+  // A group with a row not yet given its partition (an outside writer left it NULL) waits until
+  // it has one: that row may come before the head seen here.
+  std::vector<std::string> groups;
+  for (const auto& p : picks) {
+    groups.push_back(p.group);
+  }
+  const auto waiting = options_.store->unassigned(conn, groups);
+  if (!waiting.empty()) {
+    const std::unordered_set<std::string> skip(waiting.begin(), waiting.end());
+    std::erase_if(picks, [&](const Pick& p) { return skip.contains(p.group); });
+  }
+  return picks;
+}
+
+GroupClaim GroupPartitions::claim(sql::Connection& conn, Timestamp now, int limit) {
+  options_.store->assign_partitions(conn, kAssignPerCycle);
+  // Enough work for the running groups and as many waiting their turn, no more: a group held
+  // here is skipped by every scan until it is done, so holding many groups makes scans read
+  // their rows for nothing (and holds memory).
+  const auto enough = held_bound();
+  const auto held_now = dispatcher_->grouped_held();
+  if (held_now >= enough) {
+    waiting_for_room_ = true;  // group_done() wakes the poller once half of it is free
+    return {};
+  }
+  const bool bounded = static_cast<int>(enough - held_now) < limit;
+  limit = std::min(limit, static_cast<int>(enough - held_now));
+  // From where the last cycle ran out of room: when room is short, every partition gets its turn.
+  const auto held = held_partitions();
+  if (held.empty()) {
+    return {};
+  }
+  const int budget = std::max(
+      kMinScanBudget, static_cast<int>(std::min(kMaxRowsPerClaim, rows_per_claim_ * 1.5) * limit));
+  const int per_partition =
+      std::max(options_.per_group + 1, budget / static_cast<int>(held.size()));
+  std::vector<GroupScanRange> ranges;
+  std::vector<int> numbers;
+  for (const auto& [number, token] : held) {
+    ranges.push_back({number, cursors_[static_cast<std::size_t>(number)], per_partition});
+    numbers.push_back(number);
+  }
+  const auto rows = options_.store->scan(conn, ranges, now);
+  const bool pages_full = advance_cursors(held, rows, per_partition);
+  std::size_t examined = 0;
+  const auto picks = pick(conn, rows, numbers, limit, examined);
+  std::vector<std::string> ids;
+  std::unordered_set<int> claimed_in;
+  for (const auto& p : picks) {
+    ids.insert(ids.end(), p.ids.begin(), p.ids.end());
+    claimed_in.insert(p.partition);
+  }
+  const double ratio = ids.empty()
+                           ? kMaxRowsPerClaim
+                           : static_cast<double>(examined) / static_cast<double>(ids.size());
+  rows_per_claim_ = std::clamp((rows_per_claim_ + ratio) / 2, 1.0, kMaxRowsPerClaim);
+  const bool filled = static_cast<int>(ids.size()) >= limit;
+  if (filled && bounded) {
+    waiting_for_room_ = true;
+  }
+  if (ids.empty()) {
+    return {};
+  }
+  if (filled) {
+    next_partition_ = (picks.back().partition + 1) % kMessageGroupPartitions;
+  }
+  std::vector<LeaseToken> fences;
+  for (const auto& [number, token] : held) {
+    if (claimed_in.contains(number)) {
+      fences.push_back(token);
+    }
+  }
+  // Claimed something and left claimable rows behind: the next cycle need not wait.
+  return {decode(conn, options_.store->claim(conn, fences, ids, options_.owner, now), now),
+          (filled && !bounded) || pages_full};
+}
+
+std::vector<ClaimedEvent> GroupPartitions::decode(sql::Connection& conn,
+                                                  const std::vector<OutboxEvent>& rows,
+                                                  Timestamp now) {
+  std::vector<ClaimedEvent> out;
+  std::string stopped;  // a group whose head could not be decoded and now waits or is DEAD
+  for (const auto& row : rows) {
+    const std::string& group = row.message_group.value_or(std::string());
+    if (!stopped.empty() && group == stopped) {
+      continue;  // behind a head that was blocked or dead-lettered: stays for later
+    }
+    try {
+      out.push_back(
+          {to_envelope(row, *options_.codec), row.attempts, row.partition_no.value_or(0)});
+      continue;
+    } catch (const std::exception& e) {
+      if (!settle_undecodable(conn, row, std::string("decode failure: ") + e.what(), now)) {
+        stopped = group;
+      }
     }
   }
   return out;
+}
+
+bool GroupPartitions::settle_undecodable(sql::Connection& conn, const OutboxEvent& row,
+                                         const std::string& error, Timestamp now) {
+  // The route's policy, decided from what the row says of itself; a key that is not text names
+  // no group an operator could act on, so such a row goes DEAD alone.
+  GroupFailurePolicy policy = GroupFailurePolicy::Skip;
+  const std::string& group = row.message_group.value_or(std::string());
+  if (!group.empty() && sanitize_utf8(group) == group) {
+    policy = GroupFailurePolicy::Block;
+    if (options_.on_failure) {
+      try {
+        auto b = EventEnvelope::builder(EventType::of(sanitize_utf8(row.event_type)))
+                     .event_id(sanitize_utf8(row.event_id))
+                     .aggregate_type(AggregateType::of(sanitize_utf8(row.aggregate_type)))
+                     .message_group(group)
+                     .payload_json("null");
+        if (row.aggregate_id) {
+          b.aggregate_id(sanitize_utf8(*row.aggregate_id));
+        }
+        policy = options_.on_failure(b.build());
+      } catch (const std::exception&) {
+        policy = GroupFailurePolicy::Block;  // nothing to decide it from: keep the order
+      }
+    }
+  }
+  log(LogLevel::Error, "event " + row.event_id + " of message group '" + sanitize_utf8(group) +
+                           "' cannot be decoded (" + error + "); " +
+                           std::string(to_string(policy)));
+  switch (policy) {
+    case GroupFailurePolicy::Skip:
+      options_.outbox_store->mark_dead(conn, row.event_id, now, error, false, options_.owner);
+      return true;
+    case GroupFailurePolicy::Block:
+      options_.store->block(conn, row.event_id, group, error, now, options_.owner);
+      return false;
+    case GroupFailurePolicy::DeadLetterGroup:
+      options_.store->dead_letter(conn, row.event_id, group, error, now, options_.owner);
+      return false;
+  }
+  return false;
 }
 
 }  // namespace outbox::internal

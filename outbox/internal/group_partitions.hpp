@@ -14,10 +14,13 @@
 #include "outbox/groups.hpp"
 #include "outbox/internal/lease_balancer.hpp"
 #include "outbox/internal/periodic_worker.hpp"
+#include "outbox/poller.hpp"
 
 namespace outbox {
 class LeaseManager;
 class OutboxDispatcher;
+class OutboxStore;
+class JsonCodec;
 }  // namespace outbox
 
 namespace outbox::internal {
@@ -27,8 +30,12 @@ class GroupPartitions {
   struct Options {
     std::shared_ptr<LeaseManager> leases;
     std::shared_ptr<GroupStore> store;
-    std::string owner;  ///< the claim owner rows are stamped with
+    std::shared_ptr<OutboxStore> outbox_store;  ///< settles rows that do not decode (skip)
+    std::string owner;                          ///< the claim owner rows are stamped with
     int per_group = 10;
+    std::size_t max_concurrent_groups = 64;
+    const JsonCodec* codec = nullptr;                                    ///< decodes claimed rows
+    std::function<GroupFailurePolicy(const EventEnvelope&)> on_failure;  ///< default Block
   };
   explicit GroupPartitions(Options options);
   ~GroupPartitions();
@@ -49,12 +56,40 @@ class GroupPartitions {
   /// True while this node may deliver events of `partition` (held, not being handed back).
   bool held(int partition) const;
   /// The poller's claim: due group heads and up to per_group rows behind each, in the partitions
-  /// held, at most `limit` rows, reading at most a bounded number of rows per call.
-  std::vector<OutboxEvent> claim(sql::Connection& conn, Timestamp now, int limit);
+  /// held, at most `limit` rows; one bounded scan of every held partition and one fenced claim.
+  GroupClaim claim(sql::Connection& conn, Timestamp now, int limit);
+  /// A group's take ended in the dispatcher: wakes the poller when the last claim stopped
+  /// because this node held enough groups.
+  void group_done();
 
  private:
   class Partition;
+  // Groups picked by a claim: their partition and the rows to claim, head first.
+  struct Pick {
+    int partition;
+    std::string group;
+    std::vector<std::string> ids;
+  };
   void balance();
+  // The partitions held and deliverable, from next_partition_ on, with their leases.
+  std::vector<std::pair<int, LeaseToken>> held_partitions() const;
+  // Moves each scanned partition's cursor; true when a page came back full (rows left).
+  bool advance_cursors(const std::vector<std::pair<int, LeaseToken>>& held,
+                       const std::vector<GroupScanRow>& rows, int per_partition);
+  // The due heads of groups neither busy here nor blocked nor waiting for a partition, and up
+  // to per_group rows behind each, at most `limit` rows; `examined`: rows looked at.
+  std::vector<Pick> pick(sql::Connection& conn, const std::vector<GroupScanRow>& rows,
+                         const std::vector<int>& partitions, int limit, std::size_t& examined);
+  // Claimed rows as events; a row that does not decode is settled by its group's policy and,
+  // unless it was skipped, the rest of its group is left for later.
+  std::vector<ClaimedEvent> decode(sql::Connection& conn, const std::vector<OutboxEvent>& rows,
+                                   Timestamp now);
+  // True when the group may go on (the row was skipped).
+  bool settle_undecodable(sql::Connection& conn, const OutboxEvent& row, const std::string& error,
+                          Timestamp now);
+  // Grouped events held here beyond which nothing more is claimed: the running groups' work and
+  // as much again waiting its turn.
+  std::size_t held_bound() const;
 
   Options options_;
   OutboxDispatcher* dispatcher_ = nullptr;
@@ -64,7 +99,9 @@ class GroupPartitions {
   // The poller's own: where each partition's next scan resumes, and the next partition to read.
   std::array<std::string, kMessageGroupPartitions> cursors_;
   int next_partition_ = 0;
-  std::mutex stop_mutex_;  // guards started_, stopped_, released_
+  double rows_per_claim_ = 20;  // rows the recent scans read per row they could claim
+  std::atomic<bool> waiting_for_room_{false};  // the last claim stopped at the bound
+  std::mutex stop_mutex_;                      // guards started_, stopped_, released_
   bool started_ = false;
   bool stopped_ = false;
   bool released_ = false;

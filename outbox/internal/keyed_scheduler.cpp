@@ -125,10 +125,6 @@ class KeyedScheduler final : public DispatchQueue {
     return dropped;
   }
 
-  bool group_busy(const std::string& group) const override {
-    return active_.contains(group) || groups_.contains(group);
-  }
-
   std::vector<QueuedEvent> drop_partition(int partition) override {
     std::vector<QueuedEvent> dropped;
     for (auto it = groups_.begin(); it != groups_.end();) {

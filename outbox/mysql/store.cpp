@@ -143,7 +143,9 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
   // group_pending marks grouped pending rows (no partial indexes here); its index holds them per
   // partition in insert order, which is what a claim of group heads walks.
   conn.execute("ALTER TABLE " + table +
-               " ADD COLUMN IF NOT EXISTS message_group VARCHAR(200) NULL, "
+               // NO PAD: 'k1' and 'k1 ' are two groups here as everywhere else.
+               " ADD COLUMN IF NOT EXISTS message_group VARCHAR(200) COLLATE utf8mb4_nopad_bin "
+               "NULL, "
                "ADD COLUMN IF NOT EXISTS partition_no SMALLINT NULL, "
                "ADD COLUMN IF NOT EXISTS group_pending TINYINT AS (IF(" +
                sql::pending_statuses() +
@@ -162,7 +164,7 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
                  sql::pending_statuses() + " AND message_group IS NULL, created_at, NULL)) STORED");
   }
   conn.execute("CREATE TABLE IF NOT EXISTS " + sql::group_block_table_name(table) +
-               " (message_group VARCHAR(200) NOT NULL PRIMARY KEY, "
+               " (message_group VARCHAR(200) COLLATE utf8mb4_nopad_bin NOT NULL PRIMARY KEY, "
                "event_id VARCHAR(64) NOT NULL, partition_no SMALLINT NULL, "
                "blocked_at DATETIME(6) NOT NULL, attempts INT NOT NULL DEFAULT 0, "
                "last_error TEXT NULL"

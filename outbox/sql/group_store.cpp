@@ -39,6 +39,25 @@ std::string partition_lease_name(int partition) {
   return "part:" + std::to_string(partition);
 }
 
+std::optional<int> partition_of_lease(std::string_view name) {
+  constexpr std::string_view kPrefix = "part:";
+  if (!name.starts_with(kPrefix) || name.size() == kPrefix.size() ||
+      name.size() > kPrefix.size() + 2) {
+    return std::nullopt;
+  }
+  int n = 0;
+  for (const char c : name.substr(kPrefix.size())) {
+    if (c < '0' || c > '9') {
+      return std::nullopt;
+    }
+    n = n * 10 + (c - '0');
+  }
+  if (n >= kMessageGroupPartitions || (name.size() == kPrefix.size() + 2 && name[5] == '0')) {
+    return std::nullopt;
+  }
+  return n;
+}
+
 }  // namespace outbox
 
 namespace outbox::sql {
@@ -106,42 +125,98 @@ int SqlGroupStore::assign_partitions(Connection& conn, int limit) {
   return assigned;
 }
 
-std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn, int partition,
-                                              std::string_view after_group, int limit,
+std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
+                                              const std::vector<GroupScanRange>& ranges,
                                               Timestamp now) {
-  Statement s = statement();
-  s.sql("SELECT event_id, message_group, CASE WHEN available_at <= ")
-      .now(now)
-      .sql(" THEN 1 ELSE 0 END, CASE WHEN EXISTS (SELECT 1 FROM " + block_table_ +
-           " b WHERE b.message_group = " + table_ + ".message_group) THEN 1 ELSE 0 END FROM " +
-           table_ + " WHERE " + dialect_.group_pending_filter() + " AND partition_no = ")
-      .param(std::int64_t{partition});
-  if (!after_group.empty()) {
-    s.sql(" AND message_group > ").param(std::string(after_group));
+  if (ranges.empty()) {
+    return {};
   }
-  s.sql(" ORDER BY message_group, " + dialect_.group_order_column() + " LIMIT ")
-      .param(std::int64_t{limit});
+  // One statement for every partition: each arm walks the group index of one partition. UNION ALL
+  // emits its arms one after the other, each in its own order, on every engine here.
+  Statement s = statement();
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const auto& r = ranges[i];
+    s.sql(i == 0 ? "SELECT * FROM (" : " UNION ALL SELECT * FROM (");
+    s.sql("SELECT event_id, message_group, partition_no, CASE WHEN available_at <= ")
+        .now(now)
+        .sql(" THEN 1 ELSE 0 END AS due FROM " + table_ + " WHERE " +
+             dialect_.group_pending_filter() + " AND partition_no = ")
+        .param(std::int64_t{r.partition});
+    if (!r.after_group.empty()) {
+      s.sql(" AND message_group > ").param(r.after_group);
+    }
+    s.sql(" ORDER BY message_group, " + dialect_.group_order_column() + " LIMIT ")
+        .param(std::int64_t{r.limit})
+        .sql(") p" + std::to_string(i));
+  }
   std::vector<GroupScanRow> out;
   for (const auto& row : s.query(conn)) {
     out.push_back({.event_id = row.get_text(0),
                    .message_group = row.get_text(1),
-                   .due = row.get_int(2) == 1,
-                   .blocked = row.get_int(3) == 1});
+                   .partition = static_cast<int>(row.get_int(2)),
+                   .due = row.get_int(3) == 1});
   }
   return out;
 }
 
-std::vector<OutboxEvent> SqlGroupStore::claim(Connection& conn, const LeaseToken& partition_lease,
-                                              int partition,
+std::vector<std::string> SqlGroupStore::unassigned(Connection& conn,
+                                                   const std::vector<std::string>& groups) {
+  std::vector<std::string> out;
+  if (groups.empty()) {
+    return out;
+  }
+  Statement s = statement();
+  s.sql("SELECT DISTINCT message_group FROM " + table_ + " WHERE " +
+        dialect_.group_pending_filter() + " AND partition_no IS NULL AND");
+  s.ids_in("message_group", groups, 0, groups.size());
+  for (const auto& row : s.query(conn)) {
+    out.push_back(row.get_text(0));
+  }
+  return out;
+}
+
+std::vector<std::string> SqlGroupStore::blocked(Connection& conn,
+                                                const std::vector<int>& partitions) {
+  std::vector<std::string> out;
+  if (partitions.empty()) {
+    return out;
+  }
+  Statement s = statement();
+  s.sql("SELECT message_group FROM " + block_table_ + " WHERE partition_no IN (");
+  for (std::size_t i = 0; i < partitions.size(); ++i) {
+    s.sql(i == 0 ? "" : ",").param(std::int64_t{partitions[i]});
+  }
+  s.sql(") OR partition_no IS NULL");
+  for (const auto& row : s.query(conn)) {
+    out.push_back(row.get_text(0));
+  }
+  return out;
+}
+
+std::vector<OutboxEvent> SqlGroupStore::claim(Connection& conn,
+                                              const std::vector<LeaseToken>& partition_leases,
                                               const std::vector<std::string>& event_ids,
                                               std::string_view owner, Timestamp now) {
-  if (partition_lease.name != partition_lease_name(partition)) {
-    throw std::invalid_argument("group claim: lease '" + partition_lease.name +
-                                "' is not the lease of partition " + std::to_string(partition));
-  }
-  if (event_ids.empty()) {
+  if (event_ids.empty() || partition_leases.empty()) {
     return {};
   }
+  for (const auto& lease : partition_leases) {
+    if (!partition_of_lease(lease.name)) {
+      throw std::invalid_argument("group claim: lease '" + lease.name + "' is not a partition's");
+    }
+  }
+  // Each row only under its own partition's lease, live in the database with this epoch.
+  const auto fenced = [&](Statement& s) {
+    s.sql(" AND " + dialect_.group_pending_filter() + " AND (");
+    for (std::size_t i = 0; i < partition_leases.size(); ++i) {
+      s.sql(i == 0 ? "(partition_no = " : " OR (partition_no = ")
+          .param(std::int64_t{*partition_of_lease(partition_leases[i].name)})
+          .sql(" AND ");
+      append_fence_condition(s, dialect_, lease_table_, partition_leases[i]);
+      s.sql(")");
+    }
+    s.sql(")");
+  };
   Statement s = statement();
   s.sql("UPDATE " + table_ + " SET locked_by = ")
       .param(std::string(owner))
@@ -149,23 +224,25 @@ std::vector<OutboxEvent> SqlGroupStore::claim(Connection& conn, const LeaseToken
       .now(now)
       .sql(" WHERE");
   s.ids_in("event_id", event_ids, 0, event_ids.size());
-  s.sql(" AND " + dialect_.group_pending_filter() + " AND partition_no = ")
-      .param(std::int64_t{partition});
-  append_fence(s, dialect_, lease_table_, partition_lease);
+  fenced(s);
   std::vector<OutboxEvent> rows;
   if (dialect_.update_returning()) {
     s.sql(" RETURNING " + columns_);
     rows = internal::events_from_rows(s.query(conn));
   } else {
-    if (s.execute(conn) == 0) {
-      return {};
-    }
-    Statement read = statement();
-    read.sql("SELECT " + columns_ + " FROM " + table_ + " WHERE");
-    read.ids_in("event_id", event_ids, 0, event_ids.size());
-    read.sql(" AND " + dialect_.group_pending_filter() + " AND locked_by = ")
-        .param(std::string(owner));
-    rows = internal::events_from_rows(read.query(conn));
+    // Read back under the same fence, in the transaction that holds the lease rows shared: rows
+    // this owner claimed earlier in a partition whose lease it has lost since are not returned.
+    rows = in_transaction(conn, [&] {
+      if (s.execute(conn) == 0) {
+        return std::vector<OutboxEvent>{};
+      }
+      Statement read = statement();
+      read.sql("SELECT " + columns_ + " FROM " + table_ + " WHERE");
+      read.ids_in("event_id", event_ids, 0, event_ids.size());
+      read.sql(" AND locked_by = ").param(std::string(owner));
+      fenced(read);
+      return internal::events_from_rows(read.query(conn));
+    });
   }
   // In the order asked for: group by group, each in insert order.
   std::unordered_map<std::string_view, std::size_t> place;

@@ -20,9 +20,12 @@ class SqlGroupStore final : public GroupStore {
   SqlGroupStore(const Dialect& dialect, std::string table, bool database_clock);
 
   int assign_partitions(Connection& conn, int limit) override;
-  std::vector<GroupScanRow> scan(Connection& conn, int partition, std::string_view after_group,
-                                 int limit, Timestamp now) override;
-  std::vector<OutboxEvent> claim(Connection& conn, const LeaseToken& partition_lease, int partition,
+  std::vector<GroupScanRow> scan(Connection& conn, const std::vector<GroupScanRange>& ranges,
+                                 Timestamp now) override;
+  std::vector<std::string> blocked(Connection& conn, const std::vector<int>& partitions) override;
+  std::vector<std::string> unassigned(Connection& conn,
+                                      const std::vector<std::string>& groups) override;
+  std::vector<OutboxEvent> claim(Connection& conn, const std::vector<LeaseToken>& partition_leases,
                                  const std::vector<std::string>& event_ids, std::string_view owner,
                                  Timestamp now) override;
   bool block(Connection& conn, std::string_view event_id, std::string_view message_group,

@@ -138,8 +138,14 @@ std::vector<LeaseInfo> SqlLeaseStore::select(Connection& conn, std::string_view 
 
 void append_fence(Statement& s, const Dialect& dialect, const std::string& lease_table,
                   const LeaseToken& token) {
+  s.sql(" AND ");
+  append_fence_condition(s, dialect, lease_table, token);
+}
+
+void append_fence_condition(Statement& s, const Dialect& dialect, const std::string& lease_table,
+                            const LeaseToken& token) {
   // Copies, not TextRefs: callers hold the token only while they build the statement.
-  s.sql(" AND EXISTS (SELECT 1 FROM " + lease_table + " WHERE name = ").param(token.name);
+  s.sql("EXISTS (SELECT 1 FROM " + lease_table + " WHERE name = ").param(token.name);
   s.sql(" AND owner = ").param(token.owner);
   s.sql(" AND epoch = ").param(token.epoch);
   s.sql(" AND expires_at > " + dialect.lease_now() + dialect.share_lock() + ")");

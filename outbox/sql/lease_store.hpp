@@ -38,5 +38,8 @@ class SqlLeaseStore final : public LeaseStore {
 /// The token's strings are copied into the statement.
 void append_fence(Statement& s, const Dialect& dialect, const std::string& lease_table,
                   const LeaseToken& token);
+/// The condition append_fence appends, without the leading " AND ": "EXISTS (…)".
+void append_fence_condition(Statement& s, const Dialect& dialect, const std::string& lease_table,
+                            const LeaseToken& token);
 
 }  // namespace outbox::sql

@@ -368,7 +368,9 @@ std::vector<OutboxEvent> SqlOutboxStore::query_dead(Connection& conn,
   if (aggregate_type) {
     s.sql(" AND aggregate_type = ").param(TextRef{*aggregate_type});
   }
-  s.sql(" ORDER BY created_at, event_id LIMIT ").param(std::int64_t{limit});
+  // Insert order, not created_at (writers' clocks): replayed in this order, a message group's
+  // events become pending head first, so a relay running meanwhile never sees a later one alone.
+  s.sql(" ORDER BY " + dialect_.group_order_column() + " LIMIT ").param(std::int64_t{limit});
   return internal::events_from_rows(s.query(conn));
 }
 
