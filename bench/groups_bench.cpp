@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   const int events = argc > 2 ? std::atoi(argv[2]) : 100000;
   const int groups = argc > 3 ? std::atoi(argv[3]) : 1000;
   b.pool = outbox::open_pool(b.url, 24);
-  const std::string engine = b.url.substr(0, b.url.find(':'));
+  const std::string engine = std::string(b.pool->acquire()->dialect());
   const std::string where = engine + " " + std::to_string(events) + " events";
 
   b.fresh_table();

@@ -20,12 +20,7 @@ std::string age(Timestamp from, Timestamp now) {
 
 GroupCommands::GroupCommands(CLI::App& app) {
   auto db = [this](CLI::App* cmd) {
-    cmd->add_option("--db", url_,
-                    "database URL: sqlite:///path.db, postgresql://…, mysql://… (env "
-                    "OUTBOX_DB_URL)")
-        ->envname("OUTBOX_DB_URL")
-        ->required();
-    cmd->add_option("--table", table_, "outbox table name")->capture_default_str();
+    add_db_options(*cmd, db_);
     return cmd;
   };
   groups_ = app.add_subcommand(
@@ -55,9 +50,9 @@ std::optional<int> GroupCommands::run() {
   if (!groups_->parsed()) {
     return std::nullopt;
   }
-  auto pool = open_pool(url_, 1, false);
+  auto pool = open_pool(db_.url, 1, false);
   auto conn = pool->acquire();
-  const auto store = detect_group_store(*conn, table_);
+  const auto store = detect_group_store(*conn, db_.table);
   const auto now = Clock::system()->now();
   if (list_->parsed()) {
     const auto groups = store->list(*conn, limit_);

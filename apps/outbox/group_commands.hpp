@@ -2,8 +2,10 @@
 // `outbox groups …`: message groups an operator may have to act on, and the actions.
 
 #include <CLI/CLI.hpp>
+
 #include <optional>
 #include <string>
+#include "db_options.hpp"
 
 namespace outbox::cli {
 
@@ -16,8 +18,7 @@ class GroupCommands {
   std::optional<int> run();
 
  private:
-  std::string url_;
-  std::string table_ = "outbox_event";
+  DbOptions db_;
   bool json_ = false;
   int limit_ = 100;
   std::string key_;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <thread>
 
+#include "db_options.hpp"
 #include "group_commands.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/dead_event_manager.hpp"
@@ -30,24 +31,13 @@
 namespace {
 
 using namespace outbox;
+using cli::add_db_options;
+using cli::DbOptions;
 
 // Exit codes: 0 done, 1 runtime failure (database, network; a relay stopped by a second
 // signal), 2 bad input (usage, configuration).
 constexpr int kFailure = 1;
 constexpr int kBadInput = 2;
-
-struct DbOptions {
-  std::string url;
-  std::string table = "outbox_event";
-};
-
-void add_db_options(CLI::App& cmd, DbOptions& db) {
-  cmd.add_option("--db", db.url,
-                 "database URL: sqlite:///path.db, postgresql://…, mysql://… (env OUTBOX_DB_URL)")
-      ->envname("OUTBOX_DB_URL")
-      ->required();
-  cmd.add_option("--table", db.table, "outbox table name")->capture_default_str();
-}
 
 void install_logging(const std::string& level) {
   auto logger = spdlog::stderr_color_mt("outbox");

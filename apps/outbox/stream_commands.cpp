@@ -15,12 +15,7 @@ constexpr int kFailure = 1;
 
 StreamCommands::StreamCommands(CLI::App& app) {
   auto db = [this](CLI::App* cmd) {
-    cmd->add_option("--db", url_,
-                    "database URL: sqlite:///path.db, postgresql://…, mysql://… (env "
-                    "OUTBOX_DB_URL)")
-        ->envname("OUTBOX_DB_URL")
-        ->required();
-    cmd->add_option("--table", table_, "outbox table name")->capture_default_str();
+    add_db_options(*cmd, db_);
     return cmd;
   };
   subscriptions_ = app.add_subcommand(
@@ -70,10 +65,10 @@ std::optional<int> StreamCommands::run() {
   if (!subscriptions_->parsed() && !stream_->parsed()) {
     return std::nullopt;
   }
-  auto pool = open_pool(url_, 1, false);
+  auto pool = open_pool(db_.url, 1, false);
   auto conn = pool->acquire();
-  const auto stream = detect_stream_store(*conn, table_);
-  const auto leases = detect_lease_store(*conn, table_);
+  const auto stream = detect_stream_store(*conn, db_.table);
+  const auto leases = detect_lease_store(*conn, db_.table);
   if (list_->parsed() || stream_status_->parsed()) {
     const auto report = relay::read_stream(*conn, *stream, leases.get());
     std::fputs(json_ ? (relay::to_json(report) + "\n").c_str() : relay::to_text(report).c_str(),

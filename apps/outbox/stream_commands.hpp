@@ -2,9 +2,11 @@
 // `outbox subscriptions …` and `outbox stream …`: stream mode from the command line.
 
 #include <CLI/CLI.hpp>
+
 #include <optional>
 #include <string>
 #include <vector>
+#include "db_options.hpp"
 
 namespace outbox::cli {
 
@@ -17,8 +19,7 @@ class StreamCommands {
   std::optional<int> run();
 
  private:
-  std::string url_;
-  std::string table_ = "outbox_event";
+  DbOptions db_;
   bool json_ = false;
   std::string name_;
   std::string publisher_, target_, start_ = "beginning", to_;

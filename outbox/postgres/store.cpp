@@ -47,6 +47,16 @@ const sql::Dialect& dialect() {
   return instance;
 }
 
+void require_index(sql::Connection& conn, const std::string& table, const std::string& index) {
+  const auto rows = conn.query("SELECT count(*) FROM pg_indexes WHERE tablename = lower('" + table +
+                               "') AND indexname = lower('" + index + "')");
+  if (rows.empty() || rows[0].get_int(0) == 0) {
+    throw StoreError("postgres: index " + index + " of " + table +
+                         " could not be created: another table's index has that name",
+                     "42P07");
+  }
+}
+
 void create_schema(sql::Connection& conn, const std::string& table) {
   validate_table_name(table);
   conn.execute("CREATE TABLE IF NOT EXISTS " + table +
@@ -82,17 +92,8 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                " (created_at) WHERE " + sql::terminal_statuses() + ";" +
                "CREATE INDEX IF NOT EXISTS " + derived_name(table, "_created") + " ON " + table +
                " (created_at);");
-  // IF NOT EXISTS also skips a name another table's index holds (index names are per schema):
-  // without its indexes the table would work, slowly, and nobody would know.
   for (const char* suffix : {"_pending", "_terminal", "_created"}) {
-    const std::string index = derived_name(table, suffix);
-    const auto rows = conn.query("SELECT count(*) FROM pg_indexes WHERE tablename = lower('" +
-                                 table + "') AND indexname = lower('" + index + "')");
-    if (rows.empty() || rows[0].get_int(0) == 0) {
-      throw StoreError("postgres: index " + index + " of " + table +
-                           " could not be created: another table's index has that name",
-                       "42P07");
-    }
+    require_index(conn, table, derived_name(table, suffix));
   }
   create_lease_schema(conn, table);
   create_stream_schema(conn, table);
@@ -118,13 +119,7 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
   conn.execute("CREATE INDEX IF NOT EXISTS " + groups + " ON " + table +
                " (partition_no, message_group, stream_seq) WHERE " + sql::pending_statuses() +
                " AND message_group IS NOT NULL");
-  if (conn.query("SELECT count(*) FROM pg_indexes WHERE tablename = lower('" + table +
-                 "') AND indexname = lower('" + groups + "')")[0]
-          .get_int(0) == 0) {
-    throw StoreError("postgres: index " + groups + " of " + table +
-                         " could not be created: another table's index has that name",
-                     "42P07");
-  }
+  require_index(conn, table, groups);
   conn.execute("CREATE TABLE IF NOT EXISTS " + sql::group_block_table_name(table) +
                " (message_group TEXT PRIMARY KEY, event_id TEXT NOT NULL, "
                "partition_no SMALLINT, blocked_at TIMESTAMPTZ NOT NULL, "

@@ -13,6 +13,11 @@ void create_schema(sql::Connection& conn, const std::string& table = "outbox_eve
 /// Creates the lease table of `table` (sql::lease_table_name) if missing: schema version 3, also
 /// made by create_schema. Throws outbox::StoreError, std::invalid_argument on a bad table name.
 void create_lease_schema(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Throws StoreError unless `table` has the index named `index`: CREATE INDEX IF NOT EXISTS also
+/// skips a name another table's index holds (index names are per schema), and without its
+/// indexes the table would work, slowly, and nobody would know.
+void require_index(sql::Connection& conn, const std::string& table, const std::string& index);
+
 /// Adds message groups to `table` if missing (schema version 5, also made by create_schema): the
 /// message_group and partition_no columns, the index of grouped pending rows, the pending index
 /// without them, and the table of blocked groups. Throws outbox::StoreError.

@@ -37,13 +37,7 @@ void create_stream_schema(sql::Connection& conn, const std::string& table) {
   const std::string index = derived_name(table, "_stream");
   conn.execute("CREATE INDEX IF NOT EXISTS " + index + " ON " + table +
                " (stream_xid, stream_seq)");
-  if (conn.query("SELECT count(*) FROM pg_indexes WHERE tablename = lower('" + table +
-                 "') AND indexname = lower('" + index + "')")[0]
-          .get_int(0) == 0) {
-    throw StoreError("postgres: index " + index + " of " + table +
-                         " could not be created: another table's index has that name",
-                     "42P07");
-  }
+  require_index(conn, table, index);
   conn.execute("CREATE TABLE IF NOT EXISTS " + sql::subscription_table_name(table) +
                " (name TEXT PRIMARY KEY, filter TEXT NOT NULL DEFAULT '{}', "
                "publisher TEXT NOT NULL DEFAULT '', target TEXT NOT NULL DEFAULT '', "
