@@ -439,7 +439,11 @@ void OutboxDispatcher::end_group(const std::string& group, bool go_on) {
     }
   }
   work_ready_.notify_one();  // one more take is possible: the group again, or another group
-  if (options_.group_ended) {
+  notify_group_freed();
+}
+
+void OutboxDispatcher::notify_group_freed() {
+  if (options_.group_ended && group_freed_.exchange(false)) {
     options_.group_ended();
   }
 }
@@ -454,6 +458,7 @@ void OutboxDispatcher::forget(const std::string& event_id) {
     }
     if (--group_load_[group] == 0) {
       group_load_.erase(group);
+      group_freed_ = true;
     }
     grouped_.erase(it);
   }
@@ -676,6 +681,7 @@ void OutboxDispatcher::on_done_batch(const std::vector<std::string>& ids, bool w
       options_.metrics->increment_dispatch_success();
     }
   }
+  notify_group_freed();  // a group whose last DONE mark this was may be claimed again
 }
 
 void OutboxDispatcher::drop_queued(const std::string& head_id) {

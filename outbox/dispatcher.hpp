@@ -4,6 +4,7 @@
 // policy and status writer, the DONE flusher and the claim heartbeat; the writer's hot-path hook
 // is in dispatcher_writer_hook.hpp.
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -110,7 +111,8 @@ class OutboxDispatcher {
     std::shared_ptr<GroupStore> group_store;
     /// Message groups: the policy for a head that failed for good; default Block.
     std::function<GroupFailurePolicy(const EventEnvelope&)> group_failure_policy;
-    /// Message groups: called (on the worker, no lock held) after a group's take ended.
+    /// Message groups: called (no lock held) when a group stopped being held here (its last
+    /// event's status written): its next events may be claimed.
     std::function<void()> group_ended;
   };
 
@@ -197,6 +199,8 @@ class OutboxDispatcher {
   void end_group(const std::string& group, bool go_on);
   // Releases an event from the ledger and the partition counts (queue lock held).
   void forget(const std::string& event_id);
+  // Calls group_ended once if a group stopped being held since the last call (no lock held).
+  void notify_group_freed();
   void finish(const std::string& event_id);
   void on_done_batch(const std::vector<std::string>& ids, bool written);
   std::vector<std::string> held_claims();
@@ -219,6 +223,7 @@ class OutboxDispatcher {
   std::unordered_map<std::string, std::pair<int, std::string>> grouped_;
   std::unordered_map<int, std::size_t> partition_load_;
   std::unordered_map<std::string, std::size_t> group_load_;
+  std::atomic<bool> group_freed_{false};
   std::size_t max_active_groups_ = 0;
   std::unique_ptr<internal::StatusWriter> status_writer_;
   std::unique_ptr<internal::DoneFlusher> flusher_;

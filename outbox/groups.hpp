@@ -74,8 +74,8 @@ class GroupStore {
  public:
   virtual ~GroupStore() = default;
 
-  /// Sets partition_no on grouped pending rows written without one (a writer outside this library
-  /// that left it NULL), a whole group per statement, oldest first. Returns rows assigned.
+  /// Sets partition_no on grouped pending rows written without one, or with one outside 0 … 63 (a
+  /// writer outside this library), a whole group per statement. Returns rows assigned.
   virtual int assign_partitions(sql::Connection& conn, int limit) = 0;
   /// Pending rows of each range's partition in (group, insert order) order, range after range,
   /// in one statement.
@@ -85,9 +85,12 @@ class GroupStore {
   /// Those of `groups` that have a pending row without a partition yet.
   virtual std::vector<std::string> unassigned(sql::Connection& conn,
                                               const std::vector<std::string>& groups) = 0;
-  /// The blocked groups of `partitions`.
+  /// Those of `groups` that are blocked.
   virtual std::vector<std::string> blocked(sql::Connection& conn,
-                                           const std::vector<int>& partitions) = 0;
+                                           const std::vector<std::string>& groups) = 0;
+  /// Sets partition_no to the key's partition on the pending rows of `group` that have another
+  /// one (a writer that computed it wrongly). Returns rows changed.
+  virtual int repartition(sql::Connection& conn, const std::string& group) = 0;
   /// Claims the pending rows among `event_ids` (locked_by = owner, locked_at = now) whose
   /// partition's lease among `partition_leases` ("part:<n>") is live in the database, in the same
   /// statement; returns the rows claimed, in the order of `event_ids`. Throws

@@ -199,8 +199,8 @@ TEST_P(GroupContract, BlockKeepsTheHeadPendingAndTheOperatorsActionsDoWhatTheySa
   EXPECT_EQ(head->attempts, 1);
   EXPECT_EQ(head->last_error, "HTTP 500 boom");
   EXPECT_FALSE(head->locked_by);
-  EXPECT_EQ(groups_->blocked(*conn, {p}), std::vector<std::string>{"g"});
-  EXPECT_TRUE(groups_->blocked(*conn, {(p + 1) % kMessageGroupPartitions}).empty());
+  EXPECT_EQ(groups_->blocked(*conn, {"g", "other", "absent"}), std::vector<std::string>{"g"});
+  EXPECT_TRUE(groups_->blocked(*conn, {"other"}).empty());
   // A blocked head is still pending and due: the claim step leaves its group by the block list.
   const auto rows = groups_->scan(*conn, {{p, {}, 100}}, Clock::system()->now() + 1s);
   ASSERT_FALSE(rows.empty());
@@ -350,6 +350,30 @@ TEST_P(GroupContract, DeadEventsAreListedInTheOrderTheyWereWritten) {
   }
   EXPECT_EQ(ids_of(store_->query_dead(*conn, std::nullopt, std::nullopt, 10)),
             (std::vector<std::string>{"w1", "w2"}));
+}
+
+TEST_P(GroupContract, PartitionNumbersOtherClientsGotWrongAreCorrected) {
+  auto conn = pool_->acquire();
+  const std::string now =
+      engine_is("sqlite") ? "0" : (engine_is("postgres") ? "now()" : "UTC_TIMESTAMP(6)");
+  const int right = message_group_partition("acct-7");
+  const int wrong = (right + 1) % kMessageGroupPartitions;
+  for (const auto& [id, partition] :
+       {std::pair{"r1", std::to_string(wrong)}, std::pair{"r2", std::string("64")},
+        std::pair{"r3", std::string("-1")}}) {
+    conn->execute("INSERT INTO " + table_ +
+                  " (event_id, event_type, aggregate_type, payload, status, attempts, "
+                  "available_at, created_at, message_group, partition_no) VALUES ('" +
+                  id + "', 'Moved', 'Order', '{}', 0, 0, " + now + ", " + now + ", 'acct-7', " +
+                  partition + ")");
+  }
+  // Out of range: assigned like a missing number (and the group waits until then).
+  EXPECT_EQ(groups_->unassigned(*conn, {"acct-7"}), std::vector<std::string>{"acct-7"});
+  EXPECT_EQ(groups_->assign_partitions(*conn, 10), 2);
+  // In range but not the key's: moved by repartition (the claim step calls it on sight).
+  EXPECT_EQ(groups_->repartition(*conn, "acct-7"), 1);
+  EXPECT_EQ(scan_ids(right), (std::vector<std::string>{"r1", "r2", "r3"}));
+  EXPECT_TRUE(scan_ids(wrong).empty());
 }
 
 TEST_P(GroupContract, MigratingAgainChangesNothing) {

@@ -22,6 +22,8 @@ constexpr int kMinScanBudget = 500;
 constexpr double kMaxRowsPerClaim = 20;
 // Rows written without a partition (outside writers) assigned per cycle.
 constexpr int kAssignPerCycle = 500;
+// Cycles run at once after one that claimed nothing but read full pages.
+constexpr int kIdleFollowUps = 8;
 
 }  // namespace
 
@@ -149,9 +151,8 @@ void GroupPartitions::balance() {
 }
 
 void GroupPartitions::group_done() {
-  if (waiting_for_room_.load() && dispatcher_->grouped_held() < held_bound() / 2 &&
-      waiting_for_room_.exchange(false) && wake_) {
-    wake_();
+  if (wake_) {
+    wake_();  // its next events (or another group's, now that there is room) may be claimed
   }
 }
 
@@ -194,22 +195,28 @@ bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToke
 
 std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
                                                          const std::vector<GroupScanRow>& rows,
-                                                         const std::vector<int>& partitions,
                                                          int limit, std::size_t& examined) {
-  const auto blocked_list = options_.store->blocked(conn, partitions);
-  const std::unordered_set<std::string> blocked(blocked_list.begin(), blocked_list.end());
   std::vector<Pick> picks;
+  std::vector<std::string> misplaced;
   int wanted = 0;
   examined = 0;
   while (examined < rows.size() && wanted < limit) {
     const auto& head = rows[examined];
-    const bool take = head.due && !blocked.contains(head.message_group) &&
-                      !dispatcher_->group_busy(head.message_group);
+    // A key read in a partition that is not its own was numbered wrongly by its writer: its rows
+    // are moved to their partition (claimed from there later), never delivered from here.
+    const bool own = message_group_partition(head.message_group) == head.partition;
+    if (!own) {
+      misplaced.push_back(head.message_group);
+    }
+    bool take = own && !dispatcher_->group_busy(head.message_group);
     Pick p{head.partition, head.message_group, {}};
     for (; examined < rows.size() && rows[examined].partition == head.partition &&
            rows[examined].message_group == head.message_group;
          ++examined) {
-      if (take && static_cast<int>(p.ids.size()) < options_.per_group && wanted < limit) {
+      // A row not yet due (delayed, or a retry) holds back the rows behind it.
+      take = take && rows[examined].due && static_cast<int>(p.ids.size()) < options_.per_group &&
+             wanted < limit;
+      if (take) {
         p.ids.push_back(rows[examined].event_id);
         ++wanted;
       }
@@ -218,13 +225,19 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
       picks.push_back(std::move(p));
     }
   }
-  // A group with a row not yet given its partition (an outside writer left it NULL) waits until
-  // it has one: that row may come before the head seen here.
+  for (const auto& group : misplaced) {
+    options_.store->repartition(conn, group);
+  }
+  // Blocked groups, and groups with a row not yet given its partition (an outside writer left it
+  // NULL: that row may come before the head seen here), wait.
   std::vector<std::string> groups;
   for (const auto& p : picks) {
     groups.push_back(p.group);
   }
-  const auto waiting = options_.store->unassigned(conn, groups);
+  auto waiting = options_.store->blocked(conn, groups);
+  for (auto& g : options_.store->unassigned(conn, groups)) {
+    waiting.push_back(std::move(g));
+  }
   if (!waiting.empty()) {
     const std::unordered_set<std::string> skip(waiting.begin(), waiting.end());
     std::erase_if(picks, [&](const Pick& p) { return skip.contains(p.group); });
@@ -240,8 +253,7 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, Timestamp now, int limi
   const auto enough = held_bound();
   const auto held_now = dispatcher_->grouped_held();
   if (held_now >= enough) {
-    waiting_for_room_ = true;  // group_done() wakes the poller once half of it is free
-    return {};
+    return {};  // group_done() wakes the poller when a group is done
   }
   const bool bounded = static_cast<int>(enough - held_now) < limit;
   limit = std::min(limit, static_cast<int>(enough - held_now));
@@ -255,15 +267,13 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, Timestamp now, int limi
   const int per_partition =
       std::max(options_.per_group + 1, budget / static_cast<int>(held.size()));
   std::vector<GroupScanRange> ranges;
-  std::vector<int> numbers;
   for (const auto& [number, token] : held) {
     ranges.push_back({number, cursors_[static_cast<std::size_t>(number)], per_partition});
-    numbers.push_back(number);
   }
   const auto rows = options_.store->scan(conn, ranges, now);
   const bool pages_full = advance_cursors(held, rows, per_partition);
   std::size_t examined = 0;
-  const auto picks = pick(conn, rows, numbers, limit, examined);
+  const auto picks = pick(conn, rows, limit, examined);
   std::vector<std::string> ids;
   std::unordered_set<int> claimed_in;
   for (const auto& p : picks) {
@@ -275,12 +285,12 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, Timestamp now, int limi
                            : static_cast<double>(examined) / static_cast<double>(ids.size());
   rows_per_claim_ = std::clamp((rows_per_claim_ + ratio) / 2, 1.0, kMaxRowsPerClaim);
   const bool filled = static_cast<int>(ids.size()) >= limit;
-  if (filled && bounded) {
-    waiting_for_room_ = true;
-  }
   if (ids.empty()) {
-    return {};
+    // Pages came back full of groups that cannot move (busy, blocked, not due): read on at once,
+    // a few pages, so a group behind them is not a poll interval per page away.
+    return {{}, pages_full && ++idle_follow_ups_ <= kIdleFollowUps};
   }
+  idle_follow_ups_ = 0;
   if (filled) {
     next_partition_ = (picks.back().partition + 1) % kMessageGroupPartitions;
   }

@@ -58,8 +58,8 @@ class GroupPartitions {
   /// The poller's claim: due group heads and up to per_group rows behind each, in the partitions
   /// held, at most `limit` rows; one bounded scan of every held partition and one fenced claim.
   GroupClaim claim(sql::Connection& conn, Timestamp now, int limit);
-  /// A group's take ended in the dispatcher: wakes the poller when the last claim stopped
-  /// because this node held enough groups.
+  /// A group stopped being held by the dispatcher: wakes the poller (its next events, or another
+  /// group's now that there is room, may be claimed).
   void group_done();
 
  private:
@@ -78,8 +78,8 @@ class GroupPartitions {
                        const std::vector<GroupScanRow>& rows, int per_partition);
   // The due heads of groups neither busy here nor blocked nor waiting for a partition, and up
   // to per_group rows behind each, at most `limit` rows; `examined`: rows looked at.
-  std::vector<Pick> pick(sql::Connection& conn, const std::vector<GroupScanRow>& rows,
-                         const std::vector<int>& partitions, int limit, std::size_t& examined);
+  std::vector<Pick> pick(sql::Connection& conn, const std::vector<GroupScanRow>& rows, int limit,
+                         std::size_t& examined);
   // Claimed rows as events; a row that does not decode is settled by its group's policy and,
   // unless it was skipped, the rest of its group is left for later.
   std::vector<ClaimedEvent> decode(sql::Connection& conn, const std::vector<OutboxEvent>& rows,
@@ -100,8 +100,8 @@ class GroupPartitions {
   std::array<std::string, kMessageGroupPartitions> cursors_;
   int next_partition_ = 0;
   double rows_per_claim_ = 20;  // rows the recent scans read per row they could claim
-  std::atomic<bool> waiting_for_room_{false};  // the last claim stopped at the bound
-  std::mutex stop_mutex_;                      // guards started_, stopped_, released_
+  int idle_follow_ups_ = 0;     // cycles in a row that read full pages and claimed nothing
+  std::mutex stop_mutex_;       // guards started_, stopped_, released_
   bool started_ = false;
   bool stopped_ = false;
   bool released_ = false;

@@ -108,7 +108,9 @@ void SqlGroupStore::of_group(Statement& s, const std::string& message_group) con
 int SqlGroupStore::assign_partitions(Connection& conn, int limit) {
   Statement find = statement();
   find.sql("SELECT DISTINCT message_group FROM " + table_ + " WHERE " +
-           dialect_.group_pending_filter() + " AND partition_no IS NULL LIMIT ")
+           dialect_.group_pending_filter() +
+           " AND (partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
+           std::to_string(kMessageGroupPartitions) + ") LIMIT ")
       .param(std::int64_t{limit});
   int assigned = 0;
   for (const auto& row : find.query(conn)) {
@@ -119,7 +121,8 @@ int SqlGroupStore::assign_partitions(Connection& conn, int limit) {
         .param(std::int64_t{message_group_partition(group)})
         .sql(" WHERE message_group = ")
         .param(group)
-        .sql(" AND partition_no IS NULL");
+        .sql(" AND (partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
+             std::to_string(kMessageGroupPartitions) + ")");
     assigned += static_cast<int>(s.execute(conn));
   }
   return assigned;
@@ -167,7 +170,9 @@ std::vector<std::string> SqlGroupStore::unassigned(Connection& conn,
   }
   Statement s = statement();
   s.sql("SELECT DISTINCT message_group FROM " + table_ + " WHERE " +
-        dialect_.group_pending_filter() + " AND partition_no IS NULL AND");
+        dialect_.group_pending_filter() +
+        " AND (partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
+        std::to_string(kMessageGroupPartitions) + ") AND");
   s.ids_in("message_group", groups, 0, groups.size());
   for (const auto& row : s.query(conn)) {
     out.push_back(row.get_text(0));
@@ -176,21 +181,31 @@ std::vector<std::string> SqlGroupStore::unassigned(Connection& conn,
 }
 
 std::vector<std::string> SqlGroupStore::blocked(Connection& conn,
-                                                const std::vector<int>& partitions) {
+                                                const std::vector<std::string>& groups) {
   std::vector<std::string> out;
-  if (partitions.empty()) {
+  if (groups.empty()) {
     return out;
   }
   Statement s = statement();
-  s.sql("SELECT message_group FROM " + block_table_ + " WHERE partition_no IN (");
-  for (std::size_t i = 0; i < partitions.size(); ++i) {
-    s.sql(i == 0 ? "" : ",").param(std::int64_t{partitions[i]});
-  }
-  s.sql(") OR partition_no IS NULL");
+  s.sql("SELECT message_group FROM " + block_table_ + " WHERE");
+  s.ids_in("message_group", groups, 0, groups.size());
   for (const auto& row : s.query(conn)) {
     out.push_back(row.get_text(0));
   }
   return out;
+}
+
+int SqlGroupStore::repartition(Connection& conn, const std::string& group) {
+  const std::int64_t partition = message_group_partition(group);
+  Statement s = statement();
+  s.sql("UPDATE " + table_ + " SET partition_no = ")
+      .param(partition)
+      .sql(" WHERE message_group = ")
+      .param(group)
+      .sql(" AND partition_no <> ")
+      .param(partition)
+      .sql(" AND " + pending_statuses());
+  return static_cast<int>(s.execute(conn));
 }
 
 std::vector<OutboxEvent> SqlGroupStore::claim(Connection& conn,

@@ -22,7 +22,9 @@ class SqlGroupStore final : public GroupStore {
   int assign_partitions(Connection& conn, int limit) override;
   std::vector<GroupScanRow> scan(Connection& conn, const std::vector<GroupScanRange>& ranges,
                                  Timestamp now) override;
-  std::vector<std::string> blocked(Connection& conn, const std::vector<int>& partitions) override;
+  std::vector<std::string> blocked(Connection& conn,
+                                   const std::vector<std::string>& groups) override;
+  int repartition(Connection& conn, const std::string& group) override;
   std::vector<std::string> unassigned(Connection& conn,
                                       const std::vector<std::string>& groups) override;
   std::vector<OutboxEvent> claim(Connection& conn, const std::vector<LeaseToken>& partition_leases,
