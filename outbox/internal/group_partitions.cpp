@@ -287,10 +287,15 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, Timestamp now, int limi
   const bool filled = static_cast<int>(ids.size()) >= limit;
   if (ids.empty()) {
     // Pages came back full of groups that cannot move (busy, blocked, not due): read on at once,
-    // a few pages, so a group behind them is not a poll interval per page away.
-    return {{}, pages_full && ++idle_follow_ups_ <= kIdleFollowUps};
+    // a few pages after each wait, so a group behind them is not a poll interval per page away.
+    if (!followed_up_) {
+      idle_follow_ups_ = 0;
+    }
+    followed_up_ = pages_full && ++idle_follow_ups_ <= kIdleFollowUps;
+    return {{}, followed_up_};
   }
   idle_follow_ups_ = 0;
+  followed_up_ = (filled && !bounded) || pages_full;
   if (filled) {
     next_partition_ = (picks.back().partition + 1) % kMessageGroupPartitions;
   }
@@ -302,7 +307,7 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, Timestamp now, int limi
   }
   // Claimed something and left claimable rows behind: the next cycle need not wait.
   return {decode(conn, options_.store->claim(conn, fences, ids, options_.owner, now), now),
-          (filled && !bounded) || pages_full};
+          followed_up_};
 }
 
 std::vector<ClaimedEvent> GroupPartitions::decode(sql::Connection& conn,

@@ -101,6 +101,7 @@ class GroupPartitions {
   int next_partition_ = 0;
   double rows_per_claim_ = 20;  // rows the recent scans read per row they could claim
   int idle_follow_ups_ = 0;     // cycles in a row that read full pages and claimed nothing
+  bool followed_up_ = false;    // the last claim asked for the next cycle at once
   std::mutex stop_mutex_;       // guards started_, stopped_, released_
   bool started_ = false;
   bool stopped_ = false;
