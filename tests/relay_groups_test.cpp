@@ -269,6 +269,11 @@ TEST_P(RelayGroups, AFailingGroupIsBlockedShownAndRetriedByAnOperator) {
   EXPECT_EQ(listed->status, 200);
   EXPECT_NE(listed->body.find("\"blocked\":1"), std::string::npos) << listed->body;
   EXPECT_EQ(admin.Post("/api/groups/key-1/retry")->status, 403);  // no token configured
+  // `outbox status` names the blocked group count and sums the 64 partition leases per holder.
+  const auto status = run_cli(dir_, "status " + db);
+  EXPECT_NE(status.out.find("blocked message groups: 1"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("message-group partitions  64 held by relay-a"), std::string::npos)
+      << status.out;
   auto metrics = admin.Get("/metrics");
   EXPECT_NE(metrics->body.find("outbox_groups_blocked 1"), std::string::npos);
   {
