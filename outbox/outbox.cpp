@@ -53,6 +53,7 @@ struct Outbox::LeaseLink {
   std::string name;
   std::shared_ptr<Poller> poller;
   bool started = false;
+  bool release = true;
   std::once_flag once;
 
   void close() {
@@ -61,7 +62,7 @@ struct Outbox::LeaseLink {
         std::lock_guard lock(poller->mutex);
         poller->poller = nullptr;
       }
-      if (!started) {
+      if (!started || !release) {
         return;
       }
       try {
@@ -369,6 +370,7 @@ Outbox Outbox::build(Options o, Mode mode) {
     outbox.lease_ = std::make_unique<LeaseLink>();
     outbox.lease_->manager = o.lease->manager;
     outbox.lease_->name = o.lease->name;
+    outbox.lease_->release = o.lease->release_on_close;
     outbox.lease_->poller = std::make_shared<LeaseLink::Poller>();
     outbox.lease_->poller->poller = outbox.poller_.get();
   }

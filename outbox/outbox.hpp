@@ -46,6 +46,8 @@ class Outbox {
   struct Lease {
     std::shared_ptr<LeaseManager> manager;  ///< required; may be shared with other users
     std::string name = "leader";
+    /// False: close() keeps the lease (another Outbox under it, closed later, releases it).
+    bool release_on_close = true;
   };
 
   /// Message groups (multi_node; docs/groups.md): events with a message_group are claimed only in

@@ -23,6 +23,7 @@
 #include "outbox/sql/stream_store.hpp"
 #include "outbox/transaction.hpp"
 #include "tests/support/engines.hpp"
+#include "tests/support/tables.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace outbox {
@@ -148,12 +149,7 @@ class GroupOutbox : public ::testing::TestWithParam<testing::Engine> {
   void TearDown() override {
     nodes_.clear();
     if (!table_.empty() && GetParam().name != "sqlite" && !url_.empty()) {
-      auto conn = open_pool(url_, 1)->acquire();
-      for (const auto& t :
-           {sql::lease_table_name(table_), sql::group_block_table_name(table_),
-            sql::subscription_table_name(table_), derived_name(table_, "_stream_head"), table_}) {
-        conn->execute("DROP TABLE IF EXISTS " + t);
-      }
+      testing::drop_outbox_tables(*open_pool(url_, 1)->acquire(), table_);
     }
   }
 

@@ -26,6 +26,7 @@
 #include "tests/support/kafka_mock.hpp"
 #include "tests/support/relay_cli.hpp"
 #include "tests/support/servers.hpp"
+#include "tests/support/tables.hpp"
 
 namespace outbox {
 namespace {
@@ -118,13 +119,7 @@ class RelayGroups : public ::testing::TestWithParam<std::string> {
   void TearDown() override {
     relays_.clear();
     if (pool_ && GetParam() != "sqlite") {
-      auto conn = pool_->acquire();
-      for (const auto& t :
-           {sql::lease_table_name(table_), sql::group_block_table_name(table_),
-            sql::subscription_table_name(table_), derived_name(table_, "_stream_head"), table_}) {
-        conn->execute("DROP TABLE IF EXISTS " + t);
-      }
-      conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table_ + "'");
+      testing::drop_outbox_tables(*pool_->acquire(), table_);
     }
   }
 

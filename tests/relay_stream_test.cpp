@@ -20,6 +20,7 @@
 #include "tests/support/http_server.hpp"
 #include "tests/support/relay_cli.hpp"
 #include "tests/support/servers.hpp"
+#include "tests/support/tables.hpp"
 
 namespace outbox {
 namespace {
@@ -47,12 +48,7 @@ class RelayStream : public ::testing::TestWithParam<testing::Engine> {
   void TearDown() override {
     relays_.clear();
     if (pool_ && GetParam().name != "sqlite") {
-      auto conn = pool_->acquire();
-      for (const auto& t : {sql::subscription_table_name(table_), sql::lease_table_name(table_),
-                            derived_name(table_, "_stream_head"), table_}) {
-        conn->execute("DROP TABLE IF EXISTS " + t);
-      }
-      conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table_ + "'");
+      testing::drop_outbox_tables(*pool_->acquire(), table_);
     }
   }
   std::string cli(const std::string& args) {

@@ -213,8 +213,21 @@ struct AdminServer::Impl {
   }
 
   internal::HttpResponse handle(const internal::HttpRequest& req) const {
+    try {
+      return handle_route(req);
+    } catch (const std::invalid_argument& e) {  // e.g. a table the relay does not deliver
+      return json(400, json_error(e.what()));
+    }
+  }
+
+  internal::HttpResponse handle_route(const internal::HttpRequest& req) const {
     using Kind = Route::Kind;
     const Route route = route_of(req.path);
+    const auto table = [&] {
+      const auto params = query_params(req.query);
+      const auto it = params.find("table");
+      return it == params.end() ? std::string() : it->second;
+    };
     switch (route.kind) {
       case Kind::Readyz:
         try {
@@ -244,10 +257,10 @@ struct AdminServer::Impl {
             return json(400, json_error("limit must be between 1 and 10000"));
           }
         }
-        return json(200, handlers.dead_json(param("type"), param("aggregate"), limit));
+        return json(200, handlers.dead_json(table(), param("type"), param("aggregate"), limit));
       }
       case Kind::Replay:
-        if (handlers.replay(route.id)) {
+        if (handlers.replay(table(), route.id)) {
           return json(200, "{\"replayed\":1}");
         }
         return json(404, json_error("no DEAD event " + route.id));
@@ -279,14 +292,14 @@ struct AdminServer::Impl {
         }
       }
       case Kind::Groups:
-        return json(200, handlers.groups_json("").value_or("{}"));
+        return json(200, handlers.groups_json(table(), "").value_or("{}"));
       case Kind::Group:
-        if (auto body = handlers.groups_json(route.id)) {
+        if (auto body = handlers.groups_json(table(), route.id)) {
           return json(200, std::move(*body));
         }
         return json(404, json_error("no pending event in message group " + route.id));
       case Kind::GroupAction:
-        if (auto body = handlers.group_action(route.id, route.action)) {
+        if (auto body = handlers.group_action(table(), route.id, route.action)) {
           return json(200, std::move(*body));
         }
         return json(404, json_error("no pending event in message group " + route.id));

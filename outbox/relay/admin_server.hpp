@@ -14,10 +14,13 @@ struct AdminHandlers {
   std::function<void()> check_ready;         ///< throws when the database is unreachable
   std::function<std::string()> metrics;      ///< Prometheus text
   std::function<std::string()> status_json;  ///< StatusReport as JSON
-  std::function<std::string(std::optional<std::string> type, std::optional<std::string> aggregate,
-                            int limit)>
-      dead_json;                                      ///< DEAD rows as JSON
-  std::function<bool(const std::string& id)> replay;  ///< false: no DEAD row with that id
+  // `table` (the request's ?table=, empty when absent) picks one of the relay's tables; a table
+  // it does not deliver throws std::invalid_argument (answered 400).
+  std::function<std::string(const std::string& table, std::optional<std::string> type,
+                            std::optional<std::string> aggregate, int limit)>
+      dead_json;  ///< DEAD rows as JSON
+  /// False: no DEAD row with that id (in `table`; in any of the relay's tables when empty).
+  std::function<bool(const std::string& table, const std::string& id)> replay;
   /// Stream mode; unset when the relay has no subscriptions (the endpoints answer 404). `name`
   /// empty: every subscription. nullopt: no subscription of that name.
   std::function<std::optional<std::string>(const std::string& name)> subscriptions_json;
@@ -29,10 +32,12 @@ struct AdminHandlers {
       subscription_action;
   /// Message groups; unset when the relay delivers none (the endpoints answer 404). `group`
   /// empty: the groups an operator may have to act on. nullopt: no pending event in that group.
-  std::function<std::optional<std::string>(const std::string& group)> groups_json;
+  std::function<std::optional<std::string>(const std::string& table, const std::string& group)>
+      groups_json;
   /// retry | skip-head | dead-letter: the group's JSON after it; nullopt: no pending event in
   /// that group.
-  std::function<std::optional<std::string>(const std::string& group, const std::string& action)>
+  std::function<std::optional<std::string>(const std::string& table, const std::string& group,
+                                           const std::string& action)>
       group_action;
 };
 

@@ -10,6 +10,7 @@
 #include "outbox/groups.hpp"
 #include "outbox/lease.hpp"
 #include "outbox/relay/router.hpp"
+#include "outbox/store.hpp"
 #include "outbox/stream.hpp"
 
 namespace outbox::relay {
@@ -332,6 +333,11 @@ RelayConfig read(const toml::table& root, const std::string& source) {
     top.fail("database.url is required");
   }
   db.string("table", c.database.table);
+  try {
+    validate_table_name(c.database.table);
+  } catch (const std::invalid_argument& e) {
+    db.fail(*db.get("table"), std::string("database.table: ") + e.what());
+  }
   db.integer("pool_size", c.database.pool_size, 1, 1000);
   db.duration("connect_timeout", c.database.connect_timeout, seconds(1), minutes(5));
   db.duration("keepalive_idle", c.database.keepalive_idle, seconds(1), hours(1));
@@ -471,7 +477,16 @@ RelayConfig read(const toml::table& root, const std::string& source) {
     r.string("publisher", route.publisher);
     r.string("target", route.target);
     r.string("on_failure", route.on_failure);
+    r.string("table", route.table);
     r.finish();
+    if (route.table.empty()) {
+      route.table = c.database.table;
+    }
+    try {
+      validate_table_name(route.table);
+    } catch (const std::invalid_argument& e) {
+      r.fail(*r.get("table"), std::string("routes.table: ") + e.what());
+    }
     try {
       parse_group_failure_policy(route.on_failure);
     } catch (const std::invalid_argument& e) {

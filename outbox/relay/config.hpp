@@ -54,6 +54,9 @@ struct RouteConfig {
   /// waits for an operator), "skip" (the head goes DEAD, the group goes on) or
   /// "dead_letter_group" (the head and the group's pending events go DEAD together).
   std::string on_failure = "block";
+  /// The outbox table whose events this route takes (empty: database.table). A relay drains
+  /// every table its routes name, each with its own claims, message groups and purge.
+  std::string table;
   int line = 0;  ///< where it was defined, for messages
 };
 

@@ -256,6 +256,27 @@ TEST(RelayConfig, StandbyModeAndItsLease) {
   EXPECT_EQ(c.relay.lease_renew, 10s);
 }
 
+TEST(RelayConfig, RoutesNameTheirTable) {
+  const std::string head =
+      "[database]\nurl = \"sqlite:///x.db\"\ntable = \"outbox_events\"\n"
+      "[publishers.p]\ntype = \"log\"\n";
+  const auto c = parse_config(head +
+                              "[[routes]]\npublisher = \"p\"\n"
+                              "[[routes]]\npublisher = \"p\"\ntable = \"outbox_dispatch_jobs\"\n");
+  EXPECT_EQ(c.routes[0].table, "outbox_events");  // database.table when left out
+  EXPECT_EQ(c.routes[1].table, "outbox_dispatch_jobs");
+  try {
+    parse_config(head + "[[routes]]\npublisher = \"p\"\ntable = \"jobs; DROP TABLE x\"\n");
+    FAIL() << "a table name that is not an identifier was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("config:8:9:"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("routes.table"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_config("[database]\nurl = \"sqlite:///x.db\"\ntable = \"1x\"\n"
+                            "[publishers.p]\ntype = \"log\"\n[[routes]]\npublisher = \"p\"\n"),
+               ConfigError);
+}
+
 TEST(RelayConfig, GroupsAndTheFailurePolicyOfRoutes) {
   const std::string head = "[database]\nurl = \"sqlite:///x.db\"\n[publishers.p]\ntype = \"log\"\n";
   const auto defaults = parse_config(head + "[[routes]]\npublisher = \"p\"\n");

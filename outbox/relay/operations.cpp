@@ -111,6 +111,15 @@ std::string to_json(const StatusReport& r) {
   if (r.stream) {
     out += ",\"stream\":" + to_json(*r.stream);
   }
+  if (!r.tables.empty()) {
+    out += ",\"tables\":[";
+    for (std::size_t i = 0; i < r.tables.size(); ++i) {
+      out += i > 0 ? ",{\"table\":" : "{\"table\":";
+      append_json_string(out, r.tables[i].first);
+      out += "," + to_json(r.tables[i].second).substr(1);  // its fields after the name
+    }
+    out += "]";
+  }
   out += "}";
   return out;
 }

@@ -35,6 +35,8 @@ struct StatusReport {
   std::optional<StreamReport> stream;
   /// Blocked message groups; nullopt when not read (a schema older than version 5).
   std::optional<GroupStats> groups;
+  /// A relay draining several tables: each table's own report (leases not read), by name.
+  std::vector<std::pair<std::string, StatusReport>> tables;
 };
 
 /// Reads the report (the leases through `leases`, blocked groups through `groups`, when given).
@@ -44,7 +46,8 @@ StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp no
 /// {"new":…,"done":…,"retry":…,"dead":…,"oldest_pending_age_seconds":…|null,"dead_by_type":{…},
 /// "leases":[{"name","owner","epoch","live","acquired_at","renewed_at","expires_at"}]|null,
 /// "relay":{"mode","owner","leader"} (from a running relay), "stream":{…} (as
-/// subscription_ops' to_json, when read), "groups":{"blocked","oldest_blocked_at"} (when read)}
+/// subscription_ops' to_json, when read), "groups":{"blocked","oldest_blocked_at"} (when read),
+/// "tables":[{"table":…, the same fields}] (a relay draining several tables)}
 std::string to_json(const StatusReport& report);
 /// Aligned lines for a terminal; the leases of message-group partitions summed up per owner.
 std::string to_text(const StatusReport& report);

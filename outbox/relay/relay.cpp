@@ -20,6 +20,7 @@
 #include "outbox/purge.hpp"
 #include "outbox/relay/admin_server.hpp"
 #include "outbox/relay/group_ops.hpp"
+#include "outbox/relay/internal/table_metrics.hpp"
 #include "outbox/relay/log_publisher.hpp"
 #include "outbox/relay/operations.hpp"
 #include "outbox/relay/router.hpp"
@@ -103,11 +104,12 @@ bool takes_batches(const PublisherConfig& p) {
 // Routes each event to the first matching route's publisher; no match → unroutable → DEAD.
 class RoutingRegistry final : public ListenerRegistry {
  public:
-  RoutingRegistry(const RelayConfig& config,
+  RoutingRegistry(const std::vector<RouteConfig>& routes,
+                  const std::vector<PublisherConfig>& configs,
                   const std::map<std::string, std::shared_ptr<Publisher>>& publishers,
                   std::shared_ptr<prometheus::PrometheusMetrics> metrics)
-      : router_(config.routes) {
-    for (const auto& route : config.routes) {
+      : router_(routes) {
+    for (const auto& route : routes) {
       auto publish = [publisher = publishers.at(route.publisher), metrics, name = route.publisher,
                       target = route.target](std::span<const EventEnvelope* const> events) {
         std::vector<PublishRequest> requests;
@@ -144,7 +146,7 @@ class RoutingRegistry final : public ListenerRegistry {
         return publish(std::span(&one, 1)).at(0);
       }));
       const bool batches = takes_batches(
-          *std::find_if(config.publishers.begin(), config.publishers.end(),
+          *std::find_if(configs.begin(), configs.end(),
                         [&](const PublisherConfig& p) { return p.name == route.publisher; }));
       batches_.push_back(batches ? std::make_shared<const BatchEventListener>(publish) : nullptr);
     }
@@ -181,21 +183,47 @@ class StreamOnlyPurger final : public sql::SqlAgeBasedPurger {
       : SqlAgeBasedPurger(dialect, std::move(table)) {}
 };
 
+// Throws StoreError naming the table when it is missing or older than schema version 5.
+void check_table(sql::Connection& conn, OutboxStore& store, const std::string& table) {
+  try {
+    store.oldest_pending(conn);  // cheap (indexed) proof that the table is there
+    // and that it has the columns of schema version 5 (every read selects them).
+    conn.query("SELECT tags, stream_seq, message_group, partition_no FROM " + table +
+               " WHERE 1 = 0");
+  } catch (const StoreError& e) {
+    throw StoreError("outbox table '" + table + "' is not usable (run `outbox migrate --table " +
+                         table + "` first?): " + e.what(),
+                     e.sqlstate());
+  }
+}
+
+// One outbox table the relay delivers: the routes that name it, its store, its message groups
+// (their partitions leased in the table's own lease table) and its Outbox.
+struct Drain {
+  std::string table;
+  std::vector<RouteConfig> routes;
+  std::shared_ptr<OutboxStore> store;
+  std::shared_ptr<GroupStore> groups;
+  std::shared_ptr<internal::TableMetrics> metrics;
+  std::shared_ptr<LeaseManager> group_leases;  // none in standby or ordered mode or groups off
+  std::unique_ptr<Outbox> outbox;
+};
+
 }  // namespace
 
 struct Relay::Impl {
   RelayConfig config;
   std::shared_ptr<sql::ConnectionPool> pool;
-  std::shared_ptr<OutboxStore> store;
+  std::shared_ptr<OutboxStore> store;  // database.table: status, readiness, subscriptions
+  std::shared_ptr<GroupStore> groups;  // database.table's message groups, for status
   std::shared_ptr<prometheus::PrometheusMetrics> metrics =
       std::make_shared<prometheus::PrometheusMetrics>();
+  std::shared_ptr<internal::TableGauges> gauges = std::make_shared<internal::TableGauges>(metrics);
   std::map<std::string, std::shared_ptr<Publisher>> publishers;
   std::string owner;                                   // claims (active) or the lease (standby)
-  std::shared_ptr<LeaseStore> lease_store;             // reads the lease table for status
+  std::shared_ptr<LeaseStore> lease_store;             // database.table's lease table
   std::shared_ptr<LeaseManager> leases;                // standby mode
-  std::unique_ptr<Outbox> outbox;                      // claim mode: none without [[routes]]
-  std::shared_ptr<LeaseManager> group_leases;          // message groups (active mode)
-  std::shared_ptr<GroupStore> groups;                  // message groups' table
+  std::vector<std::unique_ptr<Drain>> drains;          // one per table [[routes]] name
   std::shared_ptr<LeaseManager> stream_leases;         // subscriptions: `leases` in standby mode
   std::unique_ptr<StreamMode> stream_mode;             // none without [[subscriptions]]
   std::unique_ptr<OutboxPurgeScheduler> stream_purge;  // purge without [[routes]]
@@ -203,23 +231,53 @@ struct Relay::Impl {
   std::mutex lifecycle_mutex;  // guards started/stopped transitions
   bool started = false, stopped = false;
 
-  std::shared_ptr<LeaseManager> make_leases() const {
+  std::shared_ptr<LeaseManager> make_leases(std::shared_ptr<LeaseStore> store,
+                                            std::shared_ptr<MetricsExporter> exporter) const {
     return std::make_shared<LeaseManager>(
         LeaseManager::Options{.connection_provider = pool,
-                              .store = lease_store,
+                              .store = std::move(store),
                               .owner = owner,
                               .ttl = config.relay.lease_ttl,
                               .renew_interval = config.relay.lease_renew,
-                              .metrics = metrics});
+                              .metrics = std::move(exporter)});
   }
 
-  void build_outbox() {
+  // The drains in the order the routes first name their tables.
+  void make_drains(sql::Connection& conn) {
+    for (const auto& route : config.routes) {
+      auto it = std::find_if(drains.begin(), drains.end(),
+                             [&](const auto& d) { return d->table == route.table; });
+      if (it == drains.end()) {
+        auto d = std::make_unique<Drain>();
+        d->table = route.table;
+        d->metrics = std::make_shared<internal::TableMetrics>(
+            gauges, route.table == config.database.table ? "" : route.table + "/");
+        sql::StoreOptions store_options{.table = route.table};
+        if (leases) {
+          store_options.fence = leases->fence("leader");
+          store_options.fence_table = config.database.table;  // where the lease "leader" is
+        }
+        d->store = engine_for(conn.dialect()).make_store(store_options);
+        check_table(conn, *d->store, d->table);
+        d->groups = detect_group_store(conn, d->table);
+        if (config.groups.enabled && !config.relay.standby && !config.dispatcher.ordered) {
+          d->group_leases = make_leases(detect_lease_store(conn, d->table), d->metrics);
+        }
+        drains.push_back(std::move(d));
+        it = drains.end() - 1;
+      }
+      (*it)->routes.push_back(route);
+    }
+  }
+
+  void build_outbox(Drain& d) {
     Outbox::Options o{
         .connection_provider = pool,
         .tx_context = std::make_shared<ThreadLocalTxContext>(),  // the relay never writes
-        .store = store,
-        .listeners = std::make_shared<RoutingRegistry>(config, publishers, metrics),
-        .metrics = metrics,
+        .store = d.store,
+        .listeners =
+            std::make_shared<RoutingRegistry>(d.routes, config.publishers, publishers, metrics),
+        .metrics = d.metrics,
         .dispatcher = {.retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(
                            config.dispatcher.backoff_base, config.dispatcher.backoff_max),
                        .max_attempts = config.dispatcher.max_attempts,
@@ -232,49 +290,62 @@ struct Relay::Impl {
     };
     if (config.purge.enabled) {
       auto conn = pool->acquire();
-      o.purge.purger = detect_purger(*conn, config.database.table);
+      o.purge.purger = detect_purger(*conn, d.table);
       o.purge.retention = std::chrono::duration_cast<std::chrono::seconds>(config.purge.retention);
       o.purge.interval = config.purge.interval;
     }
     if (leases) {
-      o.lease = Outbox::Lease{.manager = leases};
+      // stop() closes the first table's Outbox last: it alone hands the lease over, once every
+      // table has drained (an earlier release would refuse the others' last status writes).
+      o.lease = Outbox::Lease{.manager = leases, .release_on_close = &d == drains.front().get()};
     }
     if (config.dispatcher.ordered) {
-      outbox = std::make_unique<Outbox>(Outbox::ordered(std::move(o)));
+      d.outbox = std::make_unique<Outbox>(Outbox::ordered(std::move(o)));
     } else if (leases) {
-      outbox = std::make_unique<Outbox>(Outbox::single_node(std::move(o)));
+      d.outbox = std::make_unique<Outbox>(Outbox::single_node(std::move(o)));
     } else {
       o.claim_locking = ClaimLocking{.owner = owner, .lock_timeout = config.poller.lock_expiry};
-      if (group_leases) {
+      if (d.group_leases) {
         o.groups = Outbox::Groups{
-            .leases = group_leases,
-            .store = groups,
+            .leases = d.group_leases,
+            .store = d.groups,
             .max_concurrent_groups = static_cast<std::size_t>(config.groups.max_concurrent_groups),
             .per_group = config.groups.per_group,
-            .on_failure = failure_policies()};
+            .on_failure = failure_policies(d.routes)};
       }
-      outbox = std::make_unique<Outbox>(Outbox::multi_node(std::move(o)));
+      d.outbox = std::make_unique<Outbox>(Outbox::multi_node(std::move(o)));
     }
   }
 
-  // Read when scraped: blocked groups from the table, the rest from this process.
+  bool delivers_groups() const {
+    return std::any_of(drains.begin(), drains.end(),
+                       [](const auto& d) { return d->group_leases != nullptr; });
+  }
+
+  // Read when scraped: blocked groups from the tables, the rest from this process.
   void refresh_group_gauges() {
     try {
       auto conn = pool->acquire();
-      const auto stats = groups->stats(*conn);
       const auto now = Clock::system()->now();
-      const double oldest =
-          stats.oldest_blocked_at
-              ? std::max(0.0, std::chrono::duration<double>(now - *stats.oldest_blocked_at).count())
-              : 0.0;
-      std::int64_t held = 0;
-      for (int p = 0; p < kMessageGroupPartitions; ++p) {
-        held += group_leases->token(partition_lease_name(p)) ? 1 : 0;
+      std::int64_t blocked = 0, active = 0, held = 0;
+      double oldest = 0.0;
+      for (const auto& d : drains) {
+        if (!d->group_leases) {
+          continue;
+        }
+        const auto stats = d->groups->stats(*conn);
+        blocked += stats.blocked;
+        if (stats.oldest_blocked_at) {
+          oldest = std::max(oldest,
+                            std::chrono::duration<double>(now - *stats.oldest_blocked_at).count());
+        }
+        for (int p = 0; p < kMessageGroupPartitions; ++p) {
+          held += d->group_leases->token(partition_lease_name(p)) ? 1 : 0;
+        }
+        const auto* dispatcher = d->outbox ? d->outbox->dispatcher() : nullptr;
+        active += dispatcher ? static_cast<std::int64_t>(dispatcher->active_groups()) : 0;
       }
-      const auto* dispatcher = outbox ? outbox->dispatcher() : nullptr;
-      metrics->record_groups(
-          stats.blocked, oldest,
-          dispatcher ? static_cast<std::int64_t>(dispatcher->active_groups()) : 0, held);
+      metrics->record_groups(blocked, oldest, active, held);
     } catch (const std::exception& e) {
       log(LogLevel::Warning, std::string("message group gauges: ") + e.what());
     }
@@ -282,13 +353,57 @@ struct Relay::Impl {
 
   // The policy of the route an event takes (block when none matches: the event goes DEAD as
   // unroutable before any policy applies).
-  std::function<GroupFailurePolicy(const EventEnvelope&)> failure_policies() const {
-    auto router = std::make_shared<Router>(config.routes);
+  static std::function<GroupFailurePolicy(const EventEnvelope&)> failure_policies(
+      const std::vector<RouteConfig>& routes) {
+    auto router = std::make_shared<Router>(routes);
     return [router](const EventEnvelope& e) {
       const auto route = router->match(e.aggregate_type(), e.event_type());
       return route ? parse_group_failure_policy(router->routes()[*route].on_failure)
                    : GroupFailurePolicy::Block;
     };
+  }
+
+  std::string table_names() const {
+    std::string names = config.database.table;
+    for (const auto& d : drains) {
+      if (d->table != config.database.table) {
+        names += ", " + d->table;
+      }
+    }
+    return names;
+  }
+
+  // The store of a table this relay knows (empty: database.table). Throws std::invalid_argument.
+  std::shared_ptr<OutboxStore> store_of(const std::string& table) const {
+    if (table.empty() || table == config.database.table) {
+      return store;
+    }
+    for (const auto& d : drains) {
+      if (d->table == table) {
+        return d->store;
+      }
+    }
+    throw std::invalid_argument("this relay does not deliver table '" + table.substr(0, 100) +
+                                "' (its tables: " + table_names() + ")");
+  }
+
+  // The drain delivering message groups of `table` (empty: database.table). Throws
+  // std::invalid_argument.
+  Drain& group_drain(const std::string& table) const {
+    const std::string& name = table.empty() ? config.database.table : table;
+    for (const auto& d : drains) {
+      if (d->table == name && d->group_leases) {
+        return *d;
+      }
+    }
+    std::string names;
+    for (const auto& d : drains) {
+      if (d->group_leases) {
+        names += (names.empty() ? "" : ", ") + d->table;
+      }
+    }
+    throw std::invalid_argument("this relay delivers no message groups of table '" +
+                                name.substr(0, 100) + "' (use ?table=" + names + ")");
   }
 
   void build_admin() {
@@ -298,15 +413,15 @@ struct Relay::Impl {
       store->oldest_pending(*conn);
     };
     h.metrics = [this] {
-      if (group_leases) {
+      if (delivers_groups()) {
         refresh_group_gauges();
       }
       return metrics->serialize();
     };
     h.status_json = [this] {
       auto conn = pool->acquire();
-      auto report =
-          read_status(*conn, *store, Clock::system()->now(), lease_store.get(), groups.get());
+      const auto now = Clock::system()->now();
+      auto report = read_status(*conn, *store, now, lease_store.get(), groups.get());
       report.relay =
           StatusReport::RelayView{.mode = leases ? "standby" : "active",
                                   .owner = owner,
@@ -314,19 +429,38 @@ struct Relay::Impl {
       if (stream_mode) {
         report.stream = stream_mode->report();
       }
+      const bool several = std::any_of(drains.begin(), drains.end(), [this](const auto& d) {
+        return d->table != config.database.table;
+      });
+      for (const auto& d : drains) {
+        if (several) {
+          report.tables.emplace_back(d->table,
+                                     read_status(*conn, *d->store, now, nullptr, d->groups.get()));
+        }
+      }
       return to_json(report);
     };
-    auto dead = std::make_shared<DeadEventManager>(pool, store);
-    h.dead_json = [dead](std::optional<std::string> type, std::optional<std::string> aggregate,
-                         int limit) {
+    h.dead_json = [this](const std::string& table, std::optional<std::string> type,
+                         std::optional<std::string> aggregate, int limit) {
       std::optional<std::string_view> t, a;
       if (type)
         t = *type;
       if (aggregate)
         a = *aggregate;
-      return dead_to_json(dead->query(t, a, limit, false));
+      return dead_to_json(DeadEventManager(pool, store_of(table)).query(t, a, limit, false));
     };
-    h.replay = [dead](const std::string& id) { return dead->replay(id); };
+    h.replay = [this](const std::string& table, const std::string& id) {
+      if (!table.empty()) {
+        return DeadEventManager(pool, store_of(table)).replay(id);
+      }
+      // Without a table: the event is looked for in every table (ids do not repeat across them).
+      if (DeadEventManager(pool, store).replay(id)) {
+        return true;
+      }
+      return std::any_of(drains.begin(), drains.end(), [&](const auto& d) {
+        return d->table != config.database.table && DeadEventManager(pool, d->store).replay(id);
+      });
+    };
     if (stream_mode) {
       h.subscriptions_json = [this](const std::string& name) -> std::optional<std::string> {
         if (name.empty()) {
@@ -347,24 +481,29 @@ struct Relay::Impl {
         return to_json(*r, Clock::system()->now());
       };
     }
-    if (group_leases) {
-      h.groups_json = [this](const std::string& group) -> std::optional<std::string> {
+    if (delivers_groups()) {
+      h.groups_json = [this](const std::string& table,
+                             const std::string& group) -> std::optional<std::string> {
+        auto& d = group_drain(table);
         auto conn = pool->acquire();
         const auto now = Clock::system()->now();
         if (group.empty()) {
-          return groups_to_json(groups->list(*conn, 1000), groups->stats(*conn), now);
+          return groups_to_json(d.groups->list(*conn, 1000), d.groups->stats(*conn), now);
         }
-        const auto info = groups->find(*conn, group);
+        const auto info = d.groups->find(*conn, group);
         return info ? std::optional<std::string>(group_to_json(*info, now)) : std::nullopt;
       };
-      h.group_action = [this](const std::string& group,
+      h.group_action = [this](const std::string& table, const std::string& group,
                               const std::string& action) -> std::optional<std::string> {
+        auto& d = group_drain(table);
         auto conn = pool->acquire();
-        const auto done = apply_group_action(*groups, *conn, group, parse_group_action(action));
+        const auto done = apply_group_action(*d.groups, *conn, group, parse_group_action(action));
         if (!done) {
           return std::nullopt;
         }
-        std::string out = "{\"group\":";
+        std::string out = "{\"table\":";
+        append_json_string(out, d.table);
+        out += ",\"group\":";
         append_json_string(out, group);
         out += ",\"action\":";
         append_json_string(out, action);
@@ -381,6 +520,11 @@ struct Relay::Impl {
 Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
   impl_->config = std::move(config);
   auto& c = impl_->config;
+  for (auto& route : c.routes) {
+    if (route.table.empty()) {  // a RelayConfig built in code, not read by parse_config
+      route.table = c.database.table;
+    }
+  }
   // Workers write statuses, the poller claims, the DONE flusher and admin requests read.
   impl_->pool = open_pool(c.database.url, static_cast<std::size_t>(c.database.pool_size), false,
                           sql::NetworkTimeouts{.connect = c.database.connect_timeout,
@@ -392,23 +536,22 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
     impl_->lease_store = detect_lease_store(*conn, c.database.table);
     sql::StoreOptions store_options{.table = c.database.table};
     if (c.relay.standby) {
-      impl_->leases = impl_->make_leases();
+      impl_->leases = impl_->make_leases(impl_->lease_store, impl_->metrics);
       store_options.fence = impl_->leases->fence("leader");
     }
     impl_->store = engine_for(conn->dialect()).make_store(store_options);
-    try {
-      impl_->store->oldest_pending(*conn);  // cheap (indexed) proof that the table is there
-      // and that it has the columns of schema version 5 (every read selects them).
-      conn->query("SELECT tags, stream_seq, message_group, partition_no FROM " + c.database.table +
-                  " WHERE 1 = 0");
-      if (impl_->leases) {
-        impl_->lease_store->find(*conn, "leader");  // and its lease table (schema version 3)
+    check_table(*conn, *impl_->store, c.database.table);
+    if (impl_->leases) {
+      try {
+        impl_->lease_store->find(*conn, "leader");  // its lease table (schema version 3)
+      } catch (const StoreError& e) {
+        throw StoreError("the lease table of '" + c.database.table +
+                             "' is not usable (run `outbox migrate` first?): " + e.what(),
+                         e.sqlstate());
       }
-    } catch (const StoreError& e) {
-      throw StoreError("outbox table '" + c.database.table +
-                           "' is not usable (run `outbox migrate`" + " first?): " + e.what(),
-                       e.sqlstate());
     }
+    impl_->groups = detect_group_store(*conn, c.database.table);
+    impl_->make_drains(*conn);
   }
   for (const auto& p : c.publishers) {
     try {
@@ -417,16 +560,10 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
       throw ConfigError("publishers." + p.name + ": " + e.what());
     }
   }
-  {
-    auto conn = impl_->pool->acquire();
-    impl_->groups = detect_group_store(*conn, c.database.table);
+  for (auto& d : impl_->drains) {
+    impl_->build_outbox(*d);
   }
-  if (!c.routes.empty() && c.groups.enabled && !c.relay.standby && !c.dispatcher.ordered) {
-    impl_->group_leases = impl_->make_leases();
-  }
-  if (!c.routes.empty()) {
-    impl_->build_outbox();
-  } else if (c.purge.enabled) {
+  if (c.routes.empty() && c.purge.enabled) {
     auto conn = impl_->pool->acquire();
     if (!c.purge.include_pending) {
       log(LogLevel::Warning,
@@ -445,9 +582,16 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
   }
   if (!c.subscriptions.empty()) {
     auto conn = impl_->pool->acquire();
-    impl_->stream_leases = impl_->leases         ? impl_->leases
-                           : impl_->group_leases ? impl_->group_leases
-                                                 : impl_->make_leases();
+    // One lease manager per lease table: the subscriptions' leases are in database.table's.
+    std::shared_ptr<LeaseManager> same_table;
+    for (const auto& d : impl_->drains) {
+      if (d->table == c.database.table) {
+        same_table = d->group_leases;
+      }
+    }
+    impl_->stream_leases = impl_->leases ? impl_->leases
+                           : same_table  ? same_table
+                                         : impl_->make_leases(impl_->lease_store, impl_->metrics);
     impl_->stream_mode = std::make_unique<StreamMode>(
         c, impl_->pool, detect_stream_store(*conn, c.database.table), impl_->lease_store,
         impl_->stream_leases, impl_->publishers, impl_->metrics);
@@ -484,19 +628,21 @@ void Relay::start() {
     impl_->stream_leases->start();
     impl_->stream_mode->start();
   }
-  if (impl_->outbox) {
-    impl_->outbox->start();
+  for (auto& d : impl_->drains) {
+    d->outbox->start();
   }
   if (impl_->stream_purge) {
     impl_->stream_purge->start();
   }
-  log(LogLevel::Info, "relay started: " + std::to_string(impl_->config.routes.size()) +
-                          " routes, " + std::to_string(impl_->config.subscriptions.size()) +
-                          " subscriptions, " + std::to_string(impl_->publishers.size()) +
-                          " publishers" +
-                          (impl_->admin ? ", admin on " + impl_->config.admin.host + ":" +
-                                              std::to_string(impl_->admin->port())
-                                        : std::string()));
+  log(LogLevel::Info,
+      "relay started: " + std::to_string(impl_->config.routes.size()) + " routes" +
+          (impl_->drains.size() > 1 ? " over " + std::to_string(impl_->drains.size()) + " tables"
+                                    : std::string()) +
+          ", " + std::to_string(impl_->config.subscriptions.size()) + " subscriptions, " +
+          std::to_string(impl_->publishers.size()) + " publishers" +
+          (impl_->admin ? ", admin on " + impl_->config.admin.host + ":" +
+                              std::to_string(impl_->admin->port())
+                        : std::string()));
 }
 
 void Relay::stop() {
@@ -527,14 +673,18 @@ void Relay::stop() {
   if (impl_->stream_mode) {
     impl_->stream_mode->close();  // after the batches in progress; hands the leases back
   }
-  if (impl_->outbox) {
-    impl_->outbox->close();  // poller first, then the dispatcher drains
+  // Each: poller first, then the dispatcher drains. The first table last (it hands over the
+  // standby lease).
+  for (auto it = impl_->drains.rbegin(); it != impl_->drains.rend(); ++it) {
+    (*it)->outbox->close();
   }
   if (impl_->stream_leases && impl_->stream_leases != impl_->leases) {
     impl_->stream_leases->close();
   }
-  if (impl_->group_leases && impl_->group_leases != impl_->stream_leases) {
-    impl_->group_leases->close();
+  for (auto& d : impl_->drains) {
+    if (d->group_leases && d->group_leases != impl_->stream_leases) {
+      d->group_leases->close();
+    }
   }
   {
     std::lock_guard lock(watchdog_mutex);
@@ -546,7 +696,7 @@ void Relay::stop() {
     impl_->admin->stop();
   }
   // The listeners own the last references to the publishers: Kafka flushes here.
-  impl_->outbox.reset();
+  impl_->drains.clear();
   impl_->stream_mode.reset();
   impl_->publishers.clear();
   log(LogLevel::Info, "relay stopped");

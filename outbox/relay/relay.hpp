@@ -15,8 +15,10 @@ namespace outbox::relay {
 ///
 /// Admin endpoints (when admin.enabled): GET /healthz, GET /readyz (database reachable),
 /// GET /metrics (Prometheus text), GET /api/status, GET /api/dead?type=&aggregate=&limit=,
-/// POST /api/dead/{id}/replay. /api/* require "Authorization: Bearer <admin.token>" when a token is
-/// set; POSTs are refused (403) when none is. Other methods on an endpoint answer 405.
+/// POST /api/dead/{id}/replay, and the subscription and message-group endpoints (docs/relay.md);
+/// ?table= picks one of the tables the routes name. /api/* require "Authorization: Bearer
+/// <admin.token>" when a token is set; POSTs are refused (403) when none is. Other methods on an
+/// endpoint answer 405.
 class Relay {
  public:
   /// Opens the database, checks the outbox table, creates the publishers and binds the admin

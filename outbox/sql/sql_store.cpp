@@ -56,7 +56,11 @@ SqlOutboxStore::SqlOutboxStore(const Dialect& dialect, Options options)
       columns_(internal::event_columns(dialect, true)),
       columns_without_payload_(internal::event_columns(dialect, false)) {
   validate_table_name(options_.table);
-  lease_table_ = lease_table_name(options_.table);
+  if (!options_.fence_table.empty()) {
+    validate_table_name(options_.fence_table);
+  }
+  lease_table_ =
+      lease_table_name(options_.fence_table.empty() ? options_.table : options_.fence_table);
   if (options_.codec == nullptr) {
     options_.codec = &JsonCodec::default_codec();
   }

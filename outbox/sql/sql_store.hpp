@@ -28,6 +28,9 @@ struct StoreOptions {
   /// knows it does not hold the lease; no row changed, and the holding verified, when only the
   /// database knows). Claims are not fenced (claim locking and a lease are alternatives).
   std::shared_ptr<LeaseFence> fence;
+  /// The outbox table whose lease table holds the fence's lease; empty: `table`. (A relay
+  /// draining several tables fences them all on the lease of the first.)
+  std::string fence_table;
 };
 
 /// OutboxStore over `dialect` (which must outlive the store). Every method but the claim and the

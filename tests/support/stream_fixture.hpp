@@ -13,6 +13,7 @@
 #include "outbox/sql/stream_store.hpp"
 #include "outbox/stream.hpp"
 #include "tests/support/engines.hpp"
+#include "tests/support/tables.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace outbox::testing {
@@ -33,11 +34,7 @@ class StreamFixture : public ::testing::TestWithParam<Engine> {
   }
   void TearDown() override {
     if (pool_ && GetParam().name != "sqlite") {
-      auto conn = pool_->acquire();
-      for (const auto& t : {sql::subscription_table_name(table_), sql::lease_table_name(table_),
-                            derived_name(table_, "_stream_head"), table_}) {
-        conn->execute("DROP TABLE IF EXISTS " + t);
-      }
+      drop_outbox_tables(*pool_->acquire(), table_);
     }
   }
   bool engine_is(const char* name) const { return GetParam().name == name; }

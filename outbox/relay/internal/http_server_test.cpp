@@ -277,8 +277,8 @@ TEST(AdminServerRoutes, ErrorBodiesAreJsonWhateverTheRequestQuotes) {
   h.check_ready = [] { throw std::runtime_error("table missing \xff"); };
   h.metrics = [] { return std::string(); };
   h.status_json = [] { return std::string("{}"); };
-  h.dead_json = [](auto, auto, int) { return std::string("[]"); };
-  h.replay = [](const std::string&) { return false; };
+  h.dead_json = [](const std::string&, auto, auto, int) { return std::string("[]"); };
+  h.replay = [](const std::string&, const std::string&) { return false; };
   AdminServer server("127.0.0.1", 0, "tok", std::move(h));
   server.start();
   // Found breaking the fix: invalid UTF-8 from the path, a cut multibyte character or an id
@@ -321,8 +321,8 @@ TEST(AdminServerRoutes, HealthzAnswersWhileEveryWorkerIsBusyAndIdsMayContainSlas
   };
   h.metrics = [] { return std::string("m 1\n"); };
   h.status_json = [] { return std::string("{}"); };
-  h.dead_json = [](auto, auto, int) { return std::string("[]"); };
-  h.replay = [&](const std::string& id) {
+  h.dead_json = [](const std::string&, auto, auto, int) { return std::string("[]"); };
+  h.replay = [&](const std::string&, const std::string& id) {
     std::lock_guard lock(m);
     replayed = id;
     return true;
