@@ -26,10 +26,8 @@
 #include "outbox/outbox.hpp"
 #include "outbox/retry_policy.hpp"
 #include "outbox/sql/connection.hpp"
-#include "outbox/sql/group_store.hpp"
-#include "outbox/sql/lease_store.hpp"
-#include "outbox/sql/stream_store.hpp"
 #include "outbox/transaction.hpp"
+#include "tests/support/tables.hpp"
 
 namespace {
 
@@ -69,13 +67,7 @@ struct Bench {
     if (url.starts_with("sqlite")) {
       return;
     }
-    auto conn = pool->acquire();
-    for (const auto& t :
-         {outbox::sql::subscription_table_name(table), outbox::sql::lease_table_name(table),
-          outbox::sql::group_block_table_name(table), outbox::derived_name(table, "_stream_head"),
-          table}) {
-      conn->execute("DROP TABLE IF EXISTS " + t);
-    }
+    outbox::testing::drop_outbox_tables(*pool->acquire(), table);
   }
   // `groups` 0: no group. Events are spread round-robin, so every group's events interleave.
   void write_backlog(int events, int groups) {

@@ -1,7 +1,7 @@
 // outbox-relay-bench: how fast the relay drains a backlog into each publisher.
 //
 //   outbox-relay-bench --db=URL [--publisher=kafka|http|http-batch|log] [--events=N]
-//                      [--workers=W] [--batch=B] [--payload=BYTES] [--groups=G]
+//                      [--workers=W] [--batch=B] [--payload=BYTES] [--groups=G] [--per-group=K]
 //
 // N events are inserted first; then a Relay (the library behind `outbox relay`, in this process)
 // claims and publishes them to librdkafka's mock cluster, a loopback HTTP server (cpp-httplib), or
@@ -22,11 +22,9 @@
 #include "outbox/log.hpp"
 #include "outbox/prometheus/metrics.hpp"
 #include "outbox/relay/relay.hpp"
-#include "outbox/sql/group_store.hpp"
-#include "outbox/sql/lease_store.hpp"
-#include "outbox/sql/stream_store.hpp"
 #include "tests/support/http_server.hpp"
 #include "tests/support/kafka_mock.hpp"
+#include "tests/support/tables.hpp"
 
 namespace {
 
@@ -34,7 +32,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Args {
   std::string db, publisher = "kafka";
-  int events = 50000, workers = 16, batch = 500, payload = 200, groups = 0;
+  int events = 50000, workers = 16, batch = 500, payload = 200, groups = 0, per_group = 10;
 };
 
 Args parse(int argc, char** argv) {
@@ -59,13 +57,17 @@ Args parse(int argc, char** argv) {
       a.payload = std::atoi(v);
     else if (auto v = value("groups"))
       a.groups = std::atoi(v);
+    else if (auto v = value("per-group"))
+      a.per_group = std::atoi(v);
     else
       throw std::invalid_argument("unknown argument " + arg);
   }
-  if (a.db.empty() || a.events <= 0 || a.workers <= 0 || a.batch <= 0 || a.groups < 0) {
+  if (a.db.empty() || a.events <= 0 || a.workers <= 0 || a.batch <= 0 || a.groups < 0 ||
+      a.per_group <= 0) {
     throw std::invalid_argument(
         "usage: outbox-relay-bench --db=URL [--publisher=kafka|http|"
-        "http-batch|log] [--events=N] [--workers=W] [--batch=B] [--payload=BYTES] [--groups=G]");
+        "http-batch|log] [--events=N] [--workers=W] [--batch=B] [--payload=BYTES] [--groups=G] "
+        "[--per-group=K]");
   }
   return a;
 }
@@ -119,6 +121,7 @@ int main(int argc, char** argv) try {
   config.dispatcher.batch = args.batch;
   config.dispatcher.queue = static_cast<std::size_t>(args.batch) * args.workers;
   config.admin.enabled = false;
+  config.groups.per_group = args.per_group;
   outbox::relay::PublisherConfig publisher{.name = "p"};
   std::string target;
   if (args.publisher == "kafka") {
@@ -174,13 +177,7 @@ int main(int argc, char** argv) try {
   relay.stop();
   auto conn = pool->acquire();
   const auto counts = store->count_by_status(*conn);
-  for (const auto& t :
-       {outbox::sql::lease_table_name(table), outbox::sql::group_block_table_name(table),
-        outbox::sql::subscription_table_name(table), outbox::derived_name(table, "_stream_head"),
-        table}) {
-    conn->execute("DROP TABLE IF EXISTS " + t);
-  }
-  conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table + "'");
+  outbox::testing::drop_outbox_tables(*conn, table);
   std::printf(
       "relay-bench db=%s publisher=%s events=%d groups=%d workers=%d batch=%d done=%lld "
       "dead=%lld events/s=%.0f seconds=%.2f peak_rss_mb=%ld\n",

@@ -26,9 +26,8 @@
 #include "outbox/envelope.hpp"
 #include "outbox/relay/log_publisher.hpp"
 #include "outbox/sql/connection.hpp"
-#include "outbox/sql/lease_store.hpp"
-#include "outbox/sql/stream_store.hpp"
 #include "outbox/subscription.hpp"
+#include "tests/support/tables.hpp"
 
 namespace {
 
@@ -88,12 +87,7 @@ struct Bench {
     if (url.starts_with("sqlite")) {
       return;
     }
-    auto conn = pool->acquire();
-    for (const auto& t :
-         {outbox::sql::subscription_table_name(table), outbox::sql::lease_table_name(table),
-          outbox::derived_name(table, "_stream_head"), table}) {
-      conn->execute("DROP TABLE IF EXISTS " + t);
-    }
+    outbox::testing::drop_outbox_tables(*pool->acquire(), table);
   }
   void write_backlog(int events) {
     auto conn = pool->acquire();

@@ -351,7 +351,8 @@ void OutboxDispatcher::worker_loop() {
     std::vector<QueuedEvent> events;
     std::vector<std::string> lapsed;
     std::vector<std::string> idle;
-    std::optional<std::string> group;
+    std::vector<std::string> groups;          // the message groups taken, in order
+    std::unordered_set<std::string> stopped;  // of those, the ones that may not go on
     int hot_depth;
     int cold_depth;
     {
@@ -370,18 +371,24 @@ void OutboxDispatcher::worker_loop() {
       // lock, which is never held while calling into a dispatcher.)
       const bool act = acting();
       auto taken = queue_->take(options_.max_batch_size);
-      if (!taken.empty() && taken.front().envelope.message_group()) {
-        group = *taken.front().envelope.message_group();
-      }
-      bool stop = false;  // a group's later events never run after one that was left
       for (auto& e : taken) {
+        // A group's later events never run after one that was left.
+        const auto& group = e.envelope.message_group();
+        if (group && (groups.empty() || groups.back() != *group)) {
+          groups.push_back(*group);
+        }
+        const bool stop = group && stopped.contains(*group);
         if (!act || stop ||
             (e.partition && options_.partition_held && !options_.partition_held(*e.partition))) {
           idle.push_back(e.envelope.event_id());
-          stop = group.has_value();
+          if (group) {
+            stopped.insert(*group);
+          }
         } else if (claim_lapsed(e)) {
           lapsed.push_back(e.envelope.event_id());
-          stop = group.has_value();
+          if (group) {
+            stopped.insert(*group);
+          }
         } else {
           ledger_->running(e.envelope.event_id());
           events.push_back(std::move(e));
@@ -412,12 +419,15 @@ void OutboxDispatcher::worker_loop() {
         finish(id);
       }
     }
-    bool go_on = lapsed.empty() && idle.empty();
-    if (!events.empty()) {
-      go_on = (events.size() == 1 ? process(events.front()) : process_batch(events)) && go_on;
+    if (events.size() == 1) {
+      if (!process(events.front()) && events.front().envelope.message_group()) {
+        stopped.insert(*events.front().envelope.message_group());
+      }
+    } else if (!events.empty()) {
+      process_batch(events, stopped);
     }
-    if (group) {
-      end_group(*group, go_on);
+    for (const auto& group : groups) {
+      end_group(group, !stopped.contains(group));
     }
   }
 }

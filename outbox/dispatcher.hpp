@@ -15,6 +15,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "outbox/clock.hpp"
@@ -183,11 +184,13 @@ class OutboxDispatcher {
 
  private:
   void worker_loop();
-  // process, process_batch and complete return true when the event's group (if any) may go on.
+  // process and complete return true when the event's group (if any) may go on.
   bool process(QueuedEvent& event);
   // True, and the event left in the table unprocessed, when acting() is false now.
   bool left_for_holder(const QueuedEvent& queued);
-  bool process_batch(std::vector<QueuedEvent>& events);
+  // Adds to `stopped` the message groups that may not go on; events of a group already in it
+  // are left in the table.
+  void process_batch(std::vector<QueuedEvent>& events, std::unordered_set<std::string>& stopped);
   DeliveryResult run_listener(const EventEnvelope& event);
   bool run_before(const EventEnvelope& event, DeliveryResult& failure);
   bool complete(QueuedEvent& queued, const DeliveryResult& result);

@@ -21,7 +21,8 @@ bool OutboxDispatcher::left_for_holder(const QueuedEvent& queued) {
   return true;
 }
 
-bool OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
+void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
+                                     std::unordered_set<std::string>& stopped) {
   // Group by batch listener, keeping queue order within each group; events without one (or
   // whose lookup fails) go one by one.
   std::vector<std::pair<std::shared_ptr<const BatchEventListener>, std::vector<std::size_t>>>
@@ -47,27 +48,41 @@ bool OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
     }
     group->second.push_back(i);
   }
-  // A batch takes a while: before each call it is asked again whether this process may still
-  // deliver. One that lost its lease midway (paused, cut off) leaves the rest to the new holder.
   std::size_t left = 0;
-  bool go_on = true;
-  for (auto& [listener, members] : groups) {
-    const auto& first = events[members.front()];
-    if (!acting() || (first.partition && !options_.partition_held(*first.partition))) {
-      for (std::size_t m : members) {
-        finish(events[m].envelope.event_id());
-        ++left;
-      }
-      std::lock_guard lock(queue_mutex_);
-      inactive_dropped_ += members.size();
-      continue;
+  // Leaves an event in the table: its holder (or this process, later) delivers it. A message
+  // group's later events in this take stay with it.
+  const auto leave = [&](const QueuedEvent& queued) {
+    finish(queued.envelope.event_id());
+    ++left;
+    if (const auto& group = queued.envelope.message_group()) {
+      stopped.insert(*group);
     }
-    std::vector<DeliveryResult> results(members.size());
+  };
+  // A batch takes a while: before each call it is asked again whether this process may still
+  // deliver. One that lost its lease midway (paused, cut off) leaves the rest to the new holder;
+  // one that handed a group's partition over leaves that group's events.
+  for (auto& [listener, members] : groups) {
+    const bool act = acting();
+    std::vector<std::size_t> live;  // positions in `events` still to be delivered here
+    for (std::size_t m : members) {
+      const auto& queued = events[m];
+      const auto& group = queued.envelope.message_group();
+      if (!act || (group && stopped.contains(*group)) ||
+          (queued.partition && options_.partition_held &&
+           !options_.partition_held(*queued.partition))) {
+        leave(queued);
+        std::lock_guard lock(queue_mutex_);
+        ++inactive_dropped_;
+      } else {
+        live.push_back(m);
+      }
+    }
+    std::vector<DeliveryResult> results(live.size());
     std::vector<const EventEnvelope*> batch;
-    std::vector<std::size_t> batch_members;  // positions in `members` of the events in `batch`
-    for (std::size_t k = 0; k < members.size(); ++k) {
-      if (run_before(events[members[k]].envelope, results[k])) {
-        batch.push_back(&events[members[k]].envelope);
+    std::vector<std::size_t> batch_members;  // positions in `live` of the events in `batch`
+    for (std::size_t k = 0; k < live.size(); ++k) {
+      if (run_before(events[live[k]].envelope, results[k])) {
+        batch.push_back(&events[live[k]].envelope);
         batch_members.push_back(k);
       }
     }
@@ -86,25 +101,30 @@ bool OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events) {
         results[batch_members[j]] = std::move(returned[j]);
       }
     }
-    for (std::size_t k = 0; k < members.size(); ++k) {
-      go_on = complete(events[members[k]], results[k]) && go_on;
+    for (std::size_t k = 0; k < live.size(); ++k) {
+      auto& queued = events[live[k]];
+      if (!complete(queued, results[k]) && queued.envelope.message_group()) {
+        stopped.insert(*queued.envelope.message_group());
+      }
     }
   }
   for (std::size_t i : singles) {
-    if (left > 0 && events[i].envelope.message_group()) {
-      finish(events[i].envelope.event_id());  // a group's events never run after one left
-      ++left;
+    const auto& group = events[i].envelope.message_group();
+    if (group && stopped.contains(*group)) {
+      leave(events[i]);  // a group's events never run after one left or failed
     } else if (left_for_holder(events[i])) {
       ++left;
-    } else {
-      go_on = process(events[i]) && go_on;
+      if (group) {
+        stopped.insert(*group);
+      }
+    } else if (!process(events[i]) && group) {
+      stopped.insert(*group);
     }
   }
   if (left > 0) {
-    log(LogLevel::Info, "OutboxDispatcher: not acting (lease lost); " + std::to_string(left) +
-                            " taken events left in the table");
+    log(LogLevel::Info, "OutboxDispatcher: not acting (lease lost or partition handed over); " +
+                            std::to_string(left) + " taken events left in the table");
   }
-  return go_on && left == 0;
 }
 
 }  // namespace outbox

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
@@ -136,6 +137,27 @@ struct Node {
   }
 };
 
+// Hands every event to one batch listener (as the relay's Kafka and HTTP-batch publishers are),
+// beside the node's registry for the single-event form.
+class BatchRegistry final : public ListenerRegistry {
+ public:
+  BatchRegistry(std::shared_ptr<const ListenerRegistry> singles, BatchEventListener batch)
+      : singles_(std::move(singles)),
+        batch_(std::make_shared<const BatchEventListener>(std::move(batch))) {}
+  std::shared_ptr<const EventListener> listener_for(std::string_view a,
+                                                    std::string_view t) const override {
+    return singles_->listener_for(a, t);
+  }
+  std::shared_ptr<const BatchEventListener> batch_listener_for(std::string_view,
+                                                               std::string_view) const override {
+    return batch_;
+  }
+
+ private:
+  std::shared_ptr<const ListenerRegistry> singles_;
+  std::shared_ptr<const BatchEventListener> batch_;
+};
+
 class GroupOutbox : public ::testing::TestWithParam<testing::Engine> {
  protected:
   void SetUp() override {
@@ -153,8 +175,9 @@ class GroupOutbox : public ::testing::TestWithParam<testing::Engine> {
     }
   }
 
+  // `batches`: events go to a batch listener, up to 50 per call.
   Node& node(const std::string& name, GroupFailurePolicy policy = GroupFailurePolicy::Block,
-             int max_attempts = 3) {
+             int max_attempts = 3, bool batches = false) {
     auto n = std::make_unique<Node>();
     n->name = name;
     n->pool = open_pool(url_, 6);
@@ -179,11 +202,39 @@ class GroupOutbox : public ::testing::TestWithParam<testing::Engine> {
       ledger_.record(name, e);
       std::this_thread::yield();
     });
+    std::shared_ptr<ListenerRegistry> registry = n->listeners;
+    if (batches) {
+      registry = std::make_shared<BatchRegistry>(
+          n->listeners, [this, name](std::span<const EventEnvelope* const> events) {
+            // A broker that fails a key's later events behind a failed one (Kafka's idempotent
+            // producer does so per partition).
+            std::vector<DeliveryResult> results;
+            std::set<std::string> failed, groups;
+            for (const auto* e : events) {
+              const auto& group = *e->message_group();
+              groups.insert(group);
+              if (failed.contains(group) || (fail_ && fail_(*e))) {
+                failed.insert(group);
+                results.push_back(DeliveryResult::failed("endpoint refused event " +
+                                                         std::to_string(number_of(*e))));
+              } else {
+                ledger_.record(name, *e);
+                results.push_back(DeliveryResult::delivered());
+              }
+            }
+            int most = most_groups_per_call_.load();
+            while (static_cast<int>(groups.size()) > most &&
+                   !most_groups_per_call_.compare_exchange_weak(most,
+                                                                static_cast<int>(groups.size()))) {
+            }
+            return results;
+          });
+    }
     n->outbox = std::make_unique<Outbox>(Outbox::multi_node(
         {.connection_provider = n->pool,
          .tx_context = n->tx_context,
          .store = n->store,
-         .listeners = n->listeners,
+         .listeners = registry,
          .claim_locking = ClaimLocking{.owner = name, .lock_timeout = 10s},
          .groups = Outbox::Groups{.leases = n->leases,
                                   .store = n->groups,
@@ -193,7 +244,8 @@ class GroupOutbox : public ::testing::TestWithParam<testing::Engine> {
          .dispatcher = {.retry_policy =
                             std::make_shared<ExponentialBackoffRetryPolicy>(20ms, 20ms, false),
                         .max_attempts = max_attempts,
-                        .worker_count = 4},
+                        .worker_count = 4,
+                        .max_batch_size = batches ? 50U : 1U},
          .poller = {.batch_size = 100, .interval = 50ms}}));
     nodes_.push_back(std::move(n));
     return *nodes_.back();
@@ -226,6 +278,7 @@ class GroupOutbox : public ::testing::TestWithParam<testing::Engine> {
   OrderLedger ledger_;
   Concurrency concurrency_;
   std::size_t max_groups_ = 8;
+  std::atomic<int> most_groups_per_call_{0};
   std::function<bool(const EventEnvelope&)> fail_;
   std::vector<std::unique_ptr<Node>> nodes_;
 };
@@ -302,6 +355,31 @@ TEST_P(GroupOutbox, AFailingHeadBlocksOnlyItsGroupUntilAnOperatorRetriesIt) {
   broken = false;
   ASSERT_TRUE(a.groups->retry(*conn, "key-0", Clock::system()->now()));
   ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(5) == 10; }));
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+}
+
+// A batch listener gets the runs of several groups in one call; an event it refuses stops only
+// its own group (blocked behind it, nothing after it delivered), the others go on in order.
+TEST_P(GroupOutbox, BatchesCarrySeveralGroupsAndAFailureStopsOnlyItsOwn) {
+  auto& a = node("node-a", GroupFailurePolicy::Block, 2, true);
+  std::atomic<bool> broken{true};
+  fail_ = [&](const EventEnvelope& e) {
+    return broken.load() && *e.message_group() == "key-0" && number_of(e) == 1;
+  };
+  write_groups(a, 20, 5, 2);  // written first: the first claims see many groups at once
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(5) == 19; }));
+  auto conn = a.pool->acquire();
+  ASSERT_TRUE(wait_until([&] {
+    const auto info = a.groups->find(*conn, "key-0");
+    return info && info->blocked;
+  }));
+  EXPECT_EQ(ledger_.seen("key-0"), (std::set<int>{0}));
+  EXPECT_GT(most_groups_per_call_.load(), 1) << "no call carried more than one group";
+  EXPECT_LE(a.outbox->dispatcher()->max_active_groups_seen(), max_groups_);
+  broken = false;
+  ASSERT_TRUE(a.groups->retry(*conn, "key-0", Clock::system()->now()));
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(5) == 20; }));
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
 

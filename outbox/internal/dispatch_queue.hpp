@@ -54,7 +54,8 @@ std::unique_ptr<DispatchQueue> make_fair_queues(std::size_t hot_capacity,
 /// The fair queues for events without a message group, and per-group FIFO queues for the others
 /// (which count against the cold capacity): a group's events are taken one take at a time, never
 /// two of a group at once, at most `max_active_groups` groups at once, groups in turn (a group
-/// taken goes to the back of the line), alternating with the ungrouped queues.
+/// taken goes to the back of the line), alternating with the ungrouped queues. One take carries
+/// the runs of several groups (each whole and in order) when they go to one batch listener.
 std::unique_ptr<DispatchQueue> make_keyed_scheduler(std::size_t hot_capacity,
                                                     std::size_t cold_capacity,
                                                     std::size_t max_active_groups);

@@ -1,6 +1,7 @@
 #include "outbox/internal/group_partitions.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -151,8 +152,11 @@ void GroupPartitions::balance() {
 }
 
 void GroupPartitions::group_done() {
-  if (wake_) {
-    wake_();  // its next events (or another group's, now that there is room) may be claimed
+  // Its next events (or another group's, now that there is room) may be claimed. A claim pays a
+  // scan of every held partition, so it waits for half the room: one cycle then claims for many
+  // groups, and what is still held keeps max_concurrent_groups groups busy meanwhile.
+  if (wake_ && dispatcher_->grouped_held() <= held_bound() / 2) {
+    wake_();
   }
 }
 
@@ -264,8 +268,9 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, Timestamp now, int limi
   }
   const int budget = std::max(
       kMinScanBudget, static_cast<int>(std::min(kMaxRowsPerClaim, rows_per_claim_ * 1.5) * limit));
-  const int per_partition =
-      std::max(options_.per_group + 1, budget / static_cast<int>(held.size()));
+  // A power of two: the scan's text (its limit is inline) then repeats, and is planned once.
+  const int per_partition = static_cast<int>(std::bit_ceil(static_cast<unsigned>(
+      std::max(options_.per_group + 1, budget / static_cast<int>(held.size())))));
   std::vector<GroupScanRange> ranges;
   for (const auto& [number, token] : held) {
     ranges.push_back({number, cursors_[static_cast<std::size_t>(number)], per_partition});

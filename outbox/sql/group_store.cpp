@@ -105,21 +105,37 @@ void SqlGroupStore::of_group(Statement& s, const std::string& message_group) con
       .sql(" OR partition_no IS NULL)");
 }
 
+void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::string>* groups,
+                                      std::size_t from, std::size_t n) const {
+  // Three arms, each one range of the group index: with the three ranges OR-ed, SQLite read the
+  // whole table every cycle.
+  const std::string ranges[] = {"partition_no IS NULL", "partition_no < 0",
+                                "partition_no >= " + std::to_string(kMessageGroupPartitions)};
+  s.sql("SELECT DISTINCT message_group FROM (");
+  for (std::size_t i = 0; i < std::size(ranges); ++i) {
+    s.sql(std::string(i == 0 ? "" : " UNION ALL ") + "SELECT message_group FROM " + table_ +
+          " WHERE " + dialect_.group_pending_filter() + " AND " + ranges[i]);
+    if (groups != nullptr) {
+      s.sql(" AND");
+      s.ids_in("message_group", *groups, from, n);
+    }
+  }
+  s.sql(") u");
+}
+
 int SqlGroupStore::assign_partitions(Connection& conn, int limit) {
   Statement find = statement();
-  find.sql("SELECT DISTINCT message_group FROM " + table_ + " WHERE " +
-           dialect_.group_pending_filter() +
-           " AND (partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
-           std::to_string(kMessageGroupPartitions) + ") LIMIT ")
-      .param(std::int64_t{limit});
+  select_unassigned(find, nullptr, 0, 0);
+  find.sql(" LIMIT ").param(std::int64_t{limit});
   int assigned = 0;
   for (const auto& row : find.query(conn)) {
     const std::string group = row.get_text(0);
-    // One statement per group: a scan never sees part of a group assigned.
+    // One statement per group: a scan never sees part of a group assigned. Pending rows only
+    // (what the group index holds): a statement over every row of the table read all of it.
     Statement s = statement();
     s.sql("UPDATE " + table_ + " SET partition_no = ")
         .param(std::int64_t{message_group_partition(group)})
-        .sql(" WHERE message_group = ")
+        .sql(" WHERE " + dialect_.group_pending_filter() + " AND message_group = ")
         .param(group)
         .sql(" AND (partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
              std::to_string(kMessageGroupPartitions) + ")");
@@ -144,13 +160,14 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
         .now(now)
         .sql(" THEN 1 ELSE 0 END AS due FROM " + table_ + " WHERE " +
              dialect_.group_pending_filter() + " AND partition_no = ")
-        .param(std::int64_t{r.partition});
-    if (!r.after_group.empty()) {
-      s.sql(" AND message_group > ").param(r.after_group);
-    }
-    s.sql(" ORDER BY message_group, " + dialect_.group_order_column() + " LIMIT ")
-        .param(std::int64_t{r.limit})
-        .sql(") p" + std::to_string(i));
+        .param(std::int64_t{r.partition})
+        .sql(" AND message_group > ")
+        .param(r.after_group);  // '' when none: no key is empty
+    // The limit inline and every arm alike: the text then depends only on how many partitions
+    // and what limit, so PostgreSQL plans it once per connection (planning the arms cost more
+    // than running them).
+    s.sql(" ORDER BY message_group, " + dialect_.group_order_column() + " LIMIT " +
+          std::to_string(std::max(1, r.limit)) + ") p" + std::to_string(i));
   }
   std::vector<GroupScanRow> out;
   for (const auto& row : s.query(conn)) {
@@ -165,17 +182,14 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
 std::vector<std::string> SqlGroupStore::unassigned(Connection& conn,
                                                    const std::vector<std::string>& groups) {
   std::vector<std::string> out;
-  if (groups.empty()) {
-    return out;
-  }
-  Statement s = statement();
-  s.sql("SELECT DISTINCT message_group FROM " + table_ + " WHERE " +
-        dialect_.group_pending_filter() +
-        " AND (partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
-        std::to_string(kMessageGroupPartitions) + ") AND");
-  s.ids_in("message_group", groups, 0, groups.size());
-  for (const auto& row : s.query(conn)) {
-    out.push_back(row.get_text(0));
+  // In chunks: each group is a parameter in each of the three arms (SQLite allows 32766).
+  constexpr std::size_t kChunk = 1000;
+  for (std::size_t from = 0; from < groups.size(); from += kChunk) {
+    Statement s = statement();
+    select_unassigned(s, &groups, from, std::min(kChunk, groups.size() - from));
+    for (const auto& row : s.query(conn)) {
+      out.push_back(row.get_text(0));
+    }
   }
   return out;
 }

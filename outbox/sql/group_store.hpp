@@ -47,6 +47,10 @@ class SqlGroupStore final : public GroupStore {
   // " AND message_group = ? AND (partition_no = ? OR partition_no IS NULL)": the group's rows
   // through the group index (a group is in one partition, or not yet assigned).
   void of_group(Statement& s, const std::string& message_group) const;
+  // "SELECT DISTINCT message_group FROM (…) u": groups with pending rows outside the partitions
+  // (written by an outside client), of groups[from, from + n) when `groups` is given.
+  void select_unassigned(Statement& s, const std::vector<std::string>* groups, std::size_t from,
+                         std::size_t n) const;
   // Every pending row of the group (after the one at `after` in insert order, when given) → DEAD
   // with `error`; the block row removed.
   int kill_group(Connection& conn, const std::string& message_group, const std::string& error,
