@@ -47,8 +47,7 @@ class RelayE2E : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() != "sqlite") {
-      auto url =
-          testing::env(GetParam() == "postgres" ? "OUTBOX_TEST_PG_URL" : "OUTBOX_TEST_MYSQL_URL");
+      auto url = testing::server_url(GetParam());
       OUTBOX_REQUIRE_SERVER(url, GetParam());
       url_ = *url;
       table_ = testing::unique_table("relay");

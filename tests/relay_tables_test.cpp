@@ -92,8 +92,7 @@ class RelayTables : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() != "sqlite") {
-      auto url =
-          testing::env(GetParam() == "postgres" ? "OUTBOX_TEST_PG_URL" : "OUTBOX_TEST_MYSQL_URL");
+      auto url = testing::server_url(GetParam());
       OUTBOX_REQUIRE_SERVER(url, testing::display_name(GetParam()));
       url_ = *url;
       events_ = testing::unique_table("outbox_events");

@@ -25,6 +25,11 @@ inline bool servers_required() {
   return env("OUTBOX_REQUIRE_SERVERS").value_or("") == "1";
 }
 
+/// The URL of the throwaway server for `engine` ("postgres" or "mysql"); nullopt when unset.
+inline std::optional<std::string> server_url(const std::string& engine) {
+  return env(engine == "postgres" ? "OUTBOX_TEST_PG_URL" : "OUTBOX_TEST_MYSQL_URL");
+}
+
 /// A table name no other test process uses.
 inline std::string unique_table(const std::string& prefix) {
   static std::atomic<int> counter{0};
