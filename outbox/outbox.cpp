@@ -115,7 +115,7 @@ Outbox::~Outbox() {
   close();
 }
 
-void Outbox::close() {
+void Outbox::stop_polling() {
   if (purge_) {
     purge_->close();
   }
@@ -125,6 +125,10 @@ void Outbox::close() {
   if (groups_) {
     groups_->stop();
   }
+}
+
+void Outbox::close() {
+  stop_polling();
   if (dispatcher_) {
     dispatcher_->close();
   }

@@ -113,8 +113,11 @@ class Outbox {
   /// Starts the dispatcher's workers, the poller and the purge schedule. Idempotent; throws
   /// std::logic_error after close().
   void start();
-  /// Stops purge, poller, then drains the dispatcher; in multi_node mode then releases the rows
-  /// this node still holds claimed, so other nodes take them at once. Idempotent.
+  /// Stops taking work: purge, poller and the message groups' partitions; what was taken still
+  /// runs until close(). For a process stopping several Outboxes at once. Idempotent.
+  void stop_polling();
+  /// stop_polling(), then drains the dispatcher; in multi_node mode then releases the rows this
+  /// node still holds claimed, so other nodes take them at once. Idempotent.
   void close();
 
  private:

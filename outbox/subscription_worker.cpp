@@ -11,6 +11,9 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// How soon a woken subscription reads again while an open transaction holds the stream back.
+constexpr milliseconds kHeldBackRetry{200};
+
 std::string lease_of(const std::string& subscription) {
   return "sub:" + subscription;
 }
@@ -114,8 +117,19 @@ milliseconds SubscriptionRunner::Worker::run_once(std::string& waiting) {
     waiting = "publisher " + sub_.spec.publisher + " is not healthy";
     return s.poll_interval;
   }
+  const bool woken = woken_.exchange(false);  // before the read: a later wake-up stays
   const auto events = opts.store->read(*conn, state->cursor, s.batch_size);
   if (events.empty()) {
+    // Woken for a commit, nothing readable: an older transaction still open on the server
+    // (PostgreSQL; any session's) holds the stream back. While it does, look again soon: the
+    // wake-up must not wait a whole poll interval.
+    if (woken) {
+      if (const auto held = opts.store->holdback(*conn)) {
+        woken_ = true;
+        waiting = "held back by an open transaction (pid " + std::to_string(held->pid) + ")";
+        return std::min(s.poll_interval, kHeldBackRetry);
+      }
+    }
     return idle();
   }
   empty_polls_ = 0;

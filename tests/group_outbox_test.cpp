@@ -205,7 +205,12 @@ class GroupOutbox : public ::testing::TestWithParam<testing::Engine> {
     std::shared_ptr<ListenerRegistry> registry = n->listeners;
     if (batches) {
       registry = std::make_shared<BatchRegistry>(
-          n->listeners, [this, name](std::span<const EventEnvelope* const> events) {
+          n->listeners, [this, name, node = n.get()](std::span<const EventEnvelope* const> events) {
+            // Idle workers take each group as it arrives, one by one: the first call of each of
+            // the 4 workers waits until many groups are queued, so later takes find several.
+            if (gated_calls_++ < 4) {
+              wait_until([&] { return node->outbox->dispatcher()->grouped_held() >= 40; });
+            }
             // A broker that fails a key's later events behind a failed one (Kafka's idempotent
             // producer does so per partition).
             std::vector<DeliveryResult> results;
@@ -279,6 +284,7 @@ class GroupOutbox : public ::testing::TestWithParam<testing::Engine> {
   Concurrency concurrency_;
   std::size_t max_groups_ = 8;
   std::atomic<int> most_groups_per_call_{0};
+  std::atomic<int> gated_calls_{0};
   std::function<bool(const EventEnvelope&)> fail_;
   std::vector<std::unique_ptr<Node>> nodes_;
 };

@@ -15,6 +15,7 @@
 
 #include "outbox/detect/detect.hpp"
 #include "outbox/envelope.hpp"
+#include "outbox/sql/lease_store.hpp"
 #include "tests/support/engines.hpp"
 #include "tests/support/http_server.hpp"
 #include "tests/support/relay_cli.hpp"
@@ -304,6 +305,79 @@ TEST_P(RelayTables, AFailureInOneTableBlocksOnlyThatTablesGroup) {
   std::lock_guard lock(jobs_received_.mutex);
   EXPECT_EQ(jobs_received_.violations, std::vector<std::string>{});
   EXPECT_EQ(jobs_received_.foreign, std::vector<std::string>{});
+}
+
+// A second table the relay cannot use is refused at start (its lease table gone: its groups would
+// never move) and, when it goes away later, fails the readiness probe and shows as an error in the
+// status, beside the other table's counts.
+TEST_P(RelayTables, AnUnusableSecondTableIsRefusedAtStartAndReportedWhileRunning) {
+  pool_->acquire()->execute("ALTER TABLE " + sql::lease_table_name(jobs_) + " RENAME TO " + jobs_ +
+                            "_l_gone");
+  auto refused = make_relay("relay-r");
+  EXPECT_NE(refused->wait(), 0);
+  EXPECT_NE(refused->log().find("lease or group-block table of '" + jobs_ + "'"), std::string::npos)
+      << refused->log();
+  pool_->acquire()->execute("ALTER TABLE " + jobs_ + "_l_gone RENAME TO " +
+                            sql::lease_table_name(jobs_));
+
+  start_relay();
+  admin_port_ = relay_->admin_port();
+  ASSERT_EQ(get("/readyz")->status, 200);
+  pool_->acquire()->execute("ALTER TABLE " + jobs_ + " RENAME TO " + jobs_ + "_gone");
+  EXPECT_EQ(get("/readyz")->status, 503);
+  auto status = get("/api/status");
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->status, 200);
+  EXPECT_NE(status->body.find("{\"table\":\"" + events_ + "\",\"new\":"), std::string::npos)
+      << status->body;
+  EXPECT_NE(status->body.find("{\"table\":\"" + jobs_ + "\",\"error\":"), std::string::npos)
+      << status->body;
+  pool_->acquire()->execute("ALTER TABLE " + jobs_ + "_gone RENAME TO " + jobs_);
+  EXPECT_EQ(get("/readyz")->status, 200);
+}
+
+// Routes only on the second table: database.table (which subscriptions may still read) is
+// purged of its old DONE rows all the same, and so is the second table.
+TEST_P(RelayTables, PurgeReachesDatabaseTableWhenNoRouteTakesIt) {
+  auto conn = pool_->acquire();
+  const auto long_ago = Clock::system()->now() - std::chrono::hours(1);
+  for (const auto& table : {events_, jobs_}) {
+    for (int i = 0; i < 10; ++i) {
+      const auto e = EventEnvelope::builder(EventType::of("Old")).payload_json("{}").build();
+      stores_[table]->insert_new(*conn, e);
+      stores_[table]->mark_done(*conn, e.event_id(), long_ago);
+    }
+  }
+  std::string config = "[database]\nurl = \"" + url_ + "\"\ntable = \"" + events_ + "\"\n";
+  config += "[purge]\nenabled = true\nretention = \"1s\"\ninterval = \"1s\"\n";
+  config += "[admin]\nport = 0\n[publishers.jobs]\ntype = \"log\"\npath = \"/dev/null\"\n";
+  config += "[[routes]]\ntable = \"" + jobs_ + "\"\npublisher = \"jobs\"\n";
+  relay_ = std::make_unique<RelayProcess>(dir_, config, "relay-p");
+  EXPECT_TRUE(wait_until([&] {
+    return stores_[events_]->count_by_status(*conn)[1] == 0 &&
+           stores_[jobs_]->count_by_status(*conn)[1] == 0;
+  })) << relay_->log();
+}
+
+// Replay without a table replays the id in every table where it is DEAD.
+TEST_P(RelayTables, AReplayWithoutATableReplaysTheIdInEveryTable) {
+  const auto poison = EventEnvelope::builder(EventType::of("Poison"))
+                          .payload_json("{\"t\":\"jobs\",\"poison\":true}")
+                          .build();
+  for (const auto& table : {events_, jobs_}) {
+    stores_[table]->insert_new(*pool_->acquire(), poison);
+  }
+  auto conn = pool_->acquire();
+  for (const auto& table : {events_, jobs_}) {
+    stores_[table]->mark_dead(*conn, poison.event_id(), Clock::system()->now(), "test", false);
+  }
+  start_relay();
+  admin_port_ = relay_->admin_port();
+  auto replayed = post("/api/dead/" + poison.event_id() + "/replay");
+  ASSERT_TRUE(replayed);
+  EXPECT_EQ(replayed->body, "{\"replayed\":2}");
+  // The jobs endpoint refuses it again (422): DEAD again in the jobs table.
+  EXPECT_TRUE(wait_until([&] { return jobs_received_.poisoned() >= 1; }));
 }
 
 // Standby mode: the leader delivers both tables under its one lease, and a stop hands the lease

@@ -24,7 +24,11 @@ class SubscriptionRunner::Worker final : public internal::LeaseBalancer::Item {
   const Subscription& subscription() const { return sub_; }
   const std::string& lease() const override { return lease_; }
   void start() { thread_.start(); }
-  void wake() { thread_.wake(); }
+  /// Something may be readable (a commit, a sequencer run, the lease gained): read at once.
+  void wake() {
+    woken_ = true;
+    thread_.wake();
+  }
   void close() { thread_.close(); }
   bool held() const override { return !fence_ || fence_->token().has_value(); }
   void gained() override { wake(); }
@@ -50,6 +54,8 @@ class SubscriptionRunner::Worker final : public internal::LeaseBalancer::Item {
   std::string lease_;
   std::shared_ptr<LeaseFence> fence_;
   std::atomic<bool> yield_{false};
+  // Woken since the last poll that read something: an empty read then means held back.
+  std::atomic<bool> woken_{false};
   int empty_polls_ = 0;       // the thread's own
   mutable std::mutex mutex_;  // guards waiting_, state_, wait_
   std::string waiting_ = "starting";

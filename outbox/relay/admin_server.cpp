@@ -260,8 +260,8 @@ struct AdminServer::Impl {
         return json(200, handlers.dead_json(table(), param("type"), param("aggregate"), limit));
       }
       case Kind::Replay:
-        if (handlers.replay(table(), route.id)) {
-          return json(200, "{\"replayed\":1}");
+        if (const int replayed = handlers.replay(table(), route.id); replayed > 0) {
+          return json(200, "{\"replayed\":" + std::to_string(replayed) + "}");
         }
         return json(404, json_error("no DEAD event " + route.id));
       case Kind::Subscriptions:

@@ -19,8 +19,8 @@ struct AdminHandlers {
   std::function<std::string(const std::string& table, std::optional<std::string> type,
                             std::optional<std::string> aggregate, int limit)>
       dead_json;  ///< DEAD rows as JSON
-  /// False: no DEAD row with that id (in `table`; in any of the relay's tables when empty).
-  std::function<bool(const std::string& table, const std::string& id)> replay;
+  /// Events replayed: those of that id DEAD in `table` (in each of the relay's tables when empty).
+  std::function<int(const std::string& table, const std::string& id)> replay;
   /// Stream mode; unset when the relay has no subscriptions (the endpoints answer 404). `name`
   /// empty: every subscription. nullopt: no subscription of that name.
   std::function<std::optional<std::string>(const std::string& name)> subscriptions_json;

@@ -2,6 +2,8 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -462,11 +464,6 @@ RelayConfig read(const toml::table& root, const std::string& source) {
     top.fail(routes ? *routes : static_cast<const toml::node&>(root),
              "at least one [[routes]] or [[subscriptions]] entry is required");
   }
-  if (c.purge.include_pending && routes != nullptr) {
-    top.fail(*routes,
-             "purge.include_pending deletes rows [[routes]] have not delivered: it is for "
-             "tables only subscriptions read");
-  }
   static const toml::array kNoRoutes;
   for (const auto& node : routes ? *routes->as_array() : kNoRoutes) {
     TableReader r(*node.as_table(), "routes", source);
@@ -479,13 +476,33 @@ RelayConfig read(const toml::table& root, const std::string& source) {
     r.string("on_failure", route.on_failure);
     r.string("table", route.table);
     r.finish();
-    if (route.table.empty()) {
+    if (route.table.empty() && r.get("table") == nullptr) {
       route.table = c.database.table;
     }
     try {
       validate_table_name(route.table);
     } catch (const std::invalid_argument& e) {
       r.fail(*r.get("table"), std::string("routes.table: ") + e.what());
+    }
+    // SQLite and PostgreSQL (unquoted) take names in any case: two spellings would be two
+    // pollers of one table, each finding no route for the other's events.
+    auto same_but_case = [&](const std::string& other) {
+      return other != route.table && other.size() == route.table.size() &&
+             std::equal(other.begin(), other.end(), route.table.begin(), [](char a, char b) {
+               return std::tolower(static_cast<unsigned char>(a)) ==
+                      std::tolower(static_cast<unsigned char>(b));
+             });
+    };
+    std::string clash = same_but_case(c.database.table) ? c.database.table : "";
+    for (const auto& other : c.routes) {
+      if (clash.empty() && same_but_case(other.table)) {
+        clash = other.table;
+      }
+    }
+    if (!clash.empty()) {
+      r.fail(*r.get("table"),
+             "routes.table '" + route.table + "' is '" + clash +
+                 "' written in another case: spell a table the same way everywhere");
     }
     try {
       parse_group_failure_policy(route.on_failure);
@@ -511,6 +528,13 @@ RelayConfig read(const toml::table& root, const std::string& source) {
       r.fail("routes.target: " + *problem);
     }
     c.routes.push_back(std::move(route));
+  }
+  for (const auto& route : c.routes) {
+    if (c.purge.include_pending && route.table == c.database.table) {
+      top.fail(*routes,
+               "purge.include_pending deletes rows [[routes]] have not delivered: it is for "
+               "tables only subscriptions read (here a route takes database.table)");
+    }
   }
   top.finish();
   return c;

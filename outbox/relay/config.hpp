@@ -128,8 +128,9 @@ struct RelayConfig {
   } groups;
   struct Purge {
     bool enabled = false;
-    /// Also NEW and RETRY rows (by age): for tables only subscriptions read, where nothing marks
-    /// rows DONE. Refused with [[routes]]; no other process may deliver the table in claim mode.
+    /// Also NEW and RETRY rows of database.table (by age): for tables only subscriptions read,
+    /// where nothing marks rows DONE. Refused when a route takes database.table; no other process
+    /// may deliver the table in claim mode.
     bool include_pending = false;
     std::chrono::milliseconds retention{std::chrono::hours(24 * 7)};
     std::chrono::milliseconds interval{std::chrono::hours(1)};

@@ -275,6 +275,21 @@ TEST(RelayConfig, RoutesNameTheirTable) {
   EXPECT_THROW(parse_config("[database]\nurl = \"sqlite:///x.db\"\ntable = \"1x\"\n"
                             "[publishers.p]\ntype = \"log\"\n[[routes]]\npublisher = \"p\"\n"),
                ConfigError);
+  EXPECT_THROW(parse_config(head + "[[routes]]\npublisher = \"p\"\ntable = \"\"\n"), ConfigError);
+  // One table in two spellings would be two pollers of it, each without the other's routes.
+  try {
+    parse_config(head + "[[routes]]\npublisher = \"p\"\ntable = \"OUTBOX_EVENTS\"\n");
+    FAIL() << "database.table in another case was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("another case"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_config(head + "[[routes]]\npublisher = \"p\"\ntable = \"jobs\"\n"
+                                   "[[routes]]\npublisher = \"p\"\ntable = \"Jobs\"\n"),
+               ConfigError);
+  // purge.include_pending is for database.table when no route takes it.
+  const std::string purge = "[purge]\nenabled = true\ninclude_pending = true\n";
+  EXPECT_NO_THROW(parse_config(head + purge + "[[routes]]\npublisher = \"p\"\ntable = \"jobs\"\n"));
+  EXPECT_THROW(parse_config(head + purge + "[[routes]]\npublisher = \"p\"\n"), ConfigError);
 }
 
 TEST(RelayConfig, GroupsAndTheFailurePolicyOfRoutes) {

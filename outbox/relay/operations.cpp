@@ -116,6 +116,12 @@ std::string to_json(const StatusReport& r) {
     for (std::size_t i = 0; i < r.tables.size(); ++i) {
       out += i > 0 ? ",{\"table\":" : "{\"table\":";
       append_json_string(out, r.tables[i].first);
+      if (!r.tables[i].second.error.empty()) {
+        out += ",\"error\":";
+        append_json_string(out, r.tables[i].second.error);
+        out += "}";
+        continue;
+      }
       out += "," + to_json(r.tables[i].second).substr(1);  // its fields after the name
     }
     out += "]";

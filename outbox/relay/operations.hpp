@@ -37,6 +37,8 @@ struct StatusReport {
   std::optional<GroupStats> groups;
   /// A relay draining several tables: each table's own report (leases not read), by name.
   std::vector<std::pair<std::string, StatusReport>> tables;
+  /// Set instead of the counts when the table could not be read (one of `tables`).
+  std::string error;
 };
 
 /// Reads the report (the leases through `leases`, blocked groups through `groups`, when given).
@@ -47,7 +49,7 @@ StatusReport read_status(sql::Connection& conn, OutboxStore& store, Timestamp no
 /// "leases":[{"name","owner","epoch","live","acquired_at","renewed_at","expires_at"}]|null,
 /// "relay":{"mode","owner","leader"} (from a running relay), "stream":{…} (as
 /// subscription_ops' to_json, when read), "groups":{"blocked","oldest_blocked_at"} (when read),
-/// "tables":[{"table":…, the same fields}] (a relay draining several tables)}
+/// "tables":[{"table":…, the same fields, or "error"}] (a relay draining several tables)}
 std::string to_json(const StatusReport& report);
 /// Aligned lines for a terminal; the leases of message-group partitions summed up per owner.
 std::string to_text(const StatusReport& report);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -261,7 +262,17 @@ struct Relay::Impl {
         check_table(conn, *d->store, d->table);
         d->groups = detect_group_store(conn, d->table);
         if (config.groups.enabled && !config.relay.standby && !config.dispatcher.ordered) {
-          d->group_leases = make_leases(detect_lease_store(conn, d->table), d->metrics);
+          auto lease_table = detect_lease_store(conn, d->table);
+          try {  // its side tables too: without them its groups would never move
+            lease_table->find(conn, partition_lease_name(0));
+            d->groups->stats(conn);
+          } catch (const StoreError& e) {
+            throw StoreError("the lease or group-block table of '" + d->table +
+                                 "' is not usable (run `outbox migrate --table " + d->table +
+                                 "`?): " + e.what(),
+                             e.sqlstate());
+          }
+          d->group_leases = make_leases(std::move(lease_table), d->metrics);
         }
         drains.push_back(std::move(d));
         it = drains.end() - 1;
@@ -373,13 +384,22 @@ struct Relay::Impl {
     return names;
   }
 
+  // Table names as SQLite and PostgreSQL take them: in any case (the configuration refuses two
+  // spellings of one name).
+  static bool same_table(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) ==
+                    std::tolower(static_cast<unsigned char>(y));
+           });
+  }
+
   // The store of a table this relay knows (empty: database.table). Throws std::invalid_argument.
   std::shared_ptr<OutboxStore> store_of(const std::string& table) const {
-    if (table.empty() || table == config.database.table) {
+    if (table.empty() || same_table(table, config.database.table)) {
       return store;
     }
     for (const auto& d : drains) {
-      if (d->table == table) {
+      if (same_table(d->table, table)) {
         return d->store;
       }
     }
@@ -392,7 +412,7 @@ struct Relay::Impl {
   Drain& group_drain(const std::string& table) const {
     const std::string& name = table.empty() ? config.database.table : table;
     for (const auto& d : drains) {
-      if (d->table == name && d->group_leases) {
+      if (same_table(d->table, name) && d->group_leases) {
         return *d;
       }
     }
@@ -411,6 +431,13 @@ struct Relay::Impl {
     h.check_ready = [this] {
       auto conn = pool->acquire();
       store->oldest_pending(*conn);
+      for (const auto& d : drains) {
+        try {
+          d->store->oldest_pending(*conn);
+        } catch (const StoreError& e) {
+          throw StoreError("table " + d->table + ": " + e.what(), e.sqlstate());
+        }
+      }
     };
     h.metrics = [this] {
       if (delivers_groups()) {
@@ -433,10 +460,16 @@ struct Relay::Impl {
         return d->table != config.database.table;
       });
       for (const auto& d : drains) {
-        if (several) {
-          report.tables.emplace_back(d->table,
-                                     read_status(*conn, *d->store, now, nullptr, d->groups.get()));
+        if (!several) {
+          break;
         }
+        StatusReport table;
+        try {
+          table = read_status(*conn, *d->store, now, nullptr, d->groups.get());
+        } catch (const StoreError& e) {  // the other tables are still worth showing
+          table.error = e.what();
+        }
+        report.tables.emplace_back(d->table, std::move(table));
       }
       return to_json(report);
     };
@@ -451,15 +484,17 @@ struct Relay::Impl {
     };
     h.replay = [this](const std::string& table, const std::string& id) {
       if (!table.empty()) {
-        return DeadEventManager(pool, store_of(table)).replay(id);
+        return DeadEventManager(pool, store_of(table)).replay(id) ? 1 : 0;
       }
-      // Without a table: the event is looked for in every table (ids do not repeat across them).
-      if (DeadEventManager(pool, store).replay(id)) {
-        return true;
+      // Without a table: in every table where an event of that id is DEAD.
+      int replayed = DeadEventManager(pool, store).replay(id) ? 1 : 0;
+      for (const auto& d : drains) {
+        if (!same_table(d->table, config.database.table) &&
+            DeadEventManager(pool, d->store).replay(id)) {
+          ++replayed;
+        }
       }
-      return std::any_of(drains.begin(), drains.end(), [&](const auto& d) {
-        return d->table != config.database.table && DeadEventManager(pool, d->store).replay(id);
-      });
+      return replayed;
     };
     if (stream_mode) {
       h.subscriptions_json = [this](const std::string& name) -> std::optional<std::string> {
@@ -563,13 +598,15 @@ Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
   for (auto& d : impl_->drains) {
     impl_->build_outbox(*d);
   }
-  if (c.routes.empty() && c.purge.enabled) {
+  const bool routes_on_main = std::any_of(
+      c.routes.begin(), c.routes.end(), [&](const auto& r) { return r.table == c.database.table; });
+  if (!routes_on_main && c.purge.enabled) {
     auto conn = impl_->pool->acquire();
     if (!c.purge.include_pending) {
       log(LogLevel::Warning,
-          "purge.enabled without [[routes]] deletes only DONE and DEAD rows: rows only "
-          "subscriptions read stay NEW; set purge.include_pending = true when no process delivers "
-          "this table in claim mode");
+          "purge.enabled without [[routes]] on " + c.database.table +
+              " deletes only its DONE and DEAD rows: rows only subscriptions read stay NEW; set "
+              "purge.include_pending = true when no process delivers this table in claim mode");
     }
     impl_->stream_purge = std::make_unique<OutboxPurgeScheduler>(OutboxPurgeScheduler::Options{
         .connection_provider = impl_->pool,
@@ -673,8 +710,11 @@ void Relay::stop() {
   if (impl_->stream_mode) {
     impl_->stream_mode->close();  // after the batches in progress; hands the leases back
   }
-  // Each: poller first, then the dispatcher drains. The first table last (it hands over the
-  // standby lease).
+  // Every table stops taking work at once; then each dispatcher drains, the first table's last
+  // (it hands over the standby lease).
+  for (auto& d : impl_->drains) {
+    d->outbox->stop_polling();
+  }
   for (auto it = impl_->drains.rbegin(); it != impl_->drains.rend(); ++it) {
     (*it)->outbox->close();
   }

@@ -44,21 +44,25 @@ class StreamFixture : public ::testing::TestWithParam<Engine> {
     while (stream_->sequence(*conn, 1000) > 0) {
     }
   }
-  /// Everything readable after `from` (the sequencer run first), in pages of `page`.
-  std::vector<StreamEvent> read_all(StreamPosition& from, int page = 1000) {
-    sequence();
-    auto conn = pool_->acquire();
+  /// Everything readable after `from` (the sequencer run first), in pages of `page`. With
+  /// `expected`, reads on (bounded) until that many came: on PostgreSQL an open transaction of
+  /// another session (a test running beside this one) holds the readable end back meanwhile.
+  std::vector<StreamEvent> read_all(StreamPosition& from, int page = 1000,
+                                    std::size_t expected = 0) {
     std::vector<StreamEvent> out;
-    for (;;) {
-      auto batch = stream_->read(*conn, from, page);
-      if (batch.empty()) {
-        return out;
+    wait_until([&] {
+      sequence();
+      auto conn = pool_->acquire();
+      for (auto batch = stream_->read(*conn, from, page); !batch.empty();
+           batch = stream_->read(*conn, from, page)) {
+        from = batch.back().position;
+        for (auto& e : batch) {
+          out.push_back(std::move(e));
+        }
       }
-      from = batch.back().position;
-      for (auto& e : batch) {
-        out.push_back(std::move(e));
-      }
-    }
+      return out.size() >= expected;
+    });
+    return out;
   }
 
   TempDir dir_;

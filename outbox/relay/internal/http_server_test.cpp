@@ -278,7 +278,7 @@ TEST(AdminServerRoutes, ErrorBodiesAreJsonWhateverTheRequestQuotes) {
   h.metrics = [] { return std::string(); };
   h.status_json = [] { return std::string("{}"); };
   h.dead_json = [](const std::string&, auto, auto, int) { return std::string("[]"); };
-  h.replay = [](const std::string&, const std::string&) { return false; };
+  h.replay = [](const std::string&, const std::string&) { return 0; };
   AdminServer server("127.0.0.1", 0, "tok", std::move(h));
   server.start();
   // Found breaking the fix: invalid UTF-8 from the path, a cut multibyte character or an id
@@ -325,7 +325,7 @@ TEST(AdminServerRoutes, HealthzAnswersWhileEveryWorkerIsBusyAndIdsMayContainSlas
   h.replay = [&](const std::string&, const std::string& id) {
     std::lock_guard lock(m);
     replayed = id;
-    return true;
+    return 1;
   };
   AdminServer server("127.0.0.1", 0, "tok", std::move(h));
   server.start();
