@@ -1,5 +1,6 @@
 #include "outbox/publisher.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <stdexcept>
 
@@ -220,6 +221,24 @@ std::string to_json_object(const EventEnvelope& event) {
   }
   out.push_back('}');
   return out;
+}
+
+bool GroupStops::stopped(const EventEnvelope& event) const {
+  const auto& group = event.message_group();
+  return group && std::find(groups_.begin(), groups_.end(), *group) != groups_.end();
+}
+
+void GroupStops::fail(const EventEnvelope& event) {
+  if (const auto& group = event.message_group(); group && !stopped(event)) {
+    groups_.push_back(*group);
+  }
+}
+
+PublishResult GroupStops::not_sent(const EventEnvelope& event, const std::string& who) {
+  return PublishResult::retriable(who + ": not sent: an earlier event of message group '" +
+                                      event.message_group().value_or("") +
+                                      "' failed in the same batch",
+                                  std::chrono::milliseconds(1));
 }
 
 }  // namespace outbox

@@ -58,6 +58,21 @@ class Publisher {
   }
 };
 
+/// Within one publish call: once an event of a message group failed, the group's later events
+/// are not sent (a consumer must never get them before it). Not thread-safe: one per call.
+class GroupStops {
+ public:
+  /// True when an earlier event of this event's group failed in this call.
+  bool stopped(const EventEnvelope& event) const;
+  /// Records that `event` failed (ungrouped events stop nothing).
+  void fail(const EventEnvelope& event);
+  /// The result of an event left unsent behind its group's failure: retriable, no attempt lost.
+  static PublishResult not_sent(const EventEnvelope& event, const std::string& who);
+
+ private:
+  std::vector<std::string> groups_;  // few per call: a scan beats hashing
+};
+
 /// The event as one JSON object: {"event_id", "event_type", "aggregate_type", "aggregate_id",
 /// "tenant_id", "occurred_at" (RFC 3339), "headers", "tags" (only when the event has tags), and
 /// "payload" (JSON payloads, embedded) or

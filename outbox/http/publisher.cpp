@@ -10,7 +10,6 @@
 #include <array>
 #include <cctype>
 #include <ctime>
-#include <map>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -434,37 +433,47 @@ struct HttpPublisher::Impl {
                 extra);
   }
 
+  // Requests in queue order: consecutive events with one target, up to max_batch, each request
+  // sent after the one before it answered; a message group's events after one that failed (its
+  // request refused, or its payload) are not sent.
   std::vector<PublishResult> post_batches(std::span<const PublishRequest> batch) {
     std::vector<PublishResult> results(batch.size());
-    std::map<std::string_view, std::vector<std::size_t>> by_target;
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      by_target[batch[i].target].push_back(i);
-    }
-    for (const auto& [target, indexes] : by_target) {
-      for (std::size_t start = 0; start < indexes.size(); start += options.max_batch) {
-        const std::size_t end = std::min(indexes.size(), start + options.max_batch);
-        std::string body = "[";
-        std::vector<std::size_t> included;
-        for (std::size_t k = start; k < end; ++k) {
-          const std::size_t i = indexes[k];
-          try {
-            std::string item = to_json_object(*batch[i].event);
-            if (!included.empty()) {
-              body.push_back(',');
-            }
-            body += item;
-            included.push_back(i);
-          } catch (const std::exception& ex) {
-            results[i] = PublishResult::permanent(std::string("http: ") + ex.what());
-          }
-        }
-        body.push_back(']');
-        if (included.empty()) {
+    GroupStops stops;
+    for (std::size_t start = 0; start < batch.size();) {
+      const std::string_view target = batch[start].target;
+      std::string body = "[";
+      std::vector<std::size_t> included;
+      std::size_t next = start;
+      for (; next < batch.size() && batch[next].target == target &&
+             included.size() < options.max_batch;
+           ++next) {
+        const auto& event = *batch[next].event;
+        if (stops.stopped(event)) {
+          results[next] = GroupStops::not_sent(event, "http");
           continue;
         }
-        const PublishResult shared = post(std::string(target), body, "application/json", {});
-        for (std::size_t i : included) {
-          results[i] = shared;
+        try {
+          std::string item = to_json_object(event);
+          if (!included.empty()) {
+            body.push_back(',');
+          }
+          body += item;
+          included.push_back(next);
+        } catch (const std::exception& ex) {
+          results[next] = PublishResult::permanent(std::string("http: ") + ex.what());
+          stops.fail(event);
+        }
+      }
+      start = next;
+      body.push_back(']');
+      if (included.empty()) {
+        continue;
+      }
+      const PublishResult shared = post(std::string(target), body, "application/json", {});
+      for (std::size_t i : included) {
+        results[i] = shared;
+        if (!shared.is_ok()) {
+          stops.fail(*batch[i].event);
         }
       }
     }

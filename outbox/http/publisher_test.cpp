@@ -321,6 +321,79 @@ TEST(HttpPublisher, BatchModePostsJsonArraysOfAtMostMaxBatch) {
   }
 }
 
+// Batch mode with message groups: requests go in queue order (one per run of a target), and a
+// group's events after one that failed (its request refused, its payload invalid) are not sent;
+// other events still go.
+TEST(HttpPublisher, BatchModeSendsNothingOfAGroupAfterItsFailure) {
+  testing::HttpTestServer server;
+  server.respond([](const testing::ReceivedRequest& r, httplib::Response& res) {
+    if (r.body.find("\"n\":2") != std::string::npos) {
+      res.status = 500;  // the request holding g/2
+    }
+  });
+  HttpPublisher publisher({.mode = HttpPublisher::Mode::Batch, .max_batch = 2});
+  std::vector<EventEnvelope> events;
+  for (int n = 0; n < 6; ++n) {
+    events.push_back(EventEnvelope::builder(EventType::of(n % 2 ? "Apaid" : "Zcreated"))
+                         .message_group("g")
+                         .payload_json("{\"n\":" + std::to_string(n) + "}")
+                         .build());
+  }
+  events.push_back(EventEnvelope::builder(EventType::of("Other"))
+                       .message_group("h")
+                       .payload_json("{\"n\":9}")
+                       .build());
+  std::vector<PublishRequest> batch;
+  for (auto& e : events) {
+    batch.push_back({&e, server.url("/events")});
+  }
+  auto results = publisher.publish(batch);
+  ASSERT_EQ(results.size(), 7u);
+  EXPECT_TRUE(results[0].is_ok());
+  EXPECT_TRUE(results[1].is_ok());
+  EXPECT_EQ(results[2].kind, Kind::Retriable);  // its request was refused
+  EXPECT_EQ(results[3].kind, Kind::Retriable);
+  for (int n = 4; n < 6; ++n) {
+    EXPECT_EQ(results[n].kind, Kind::Retriable);
+    EXPECT_NE(results[n].reason.find("not sent"), std::string::npos) << results[n].reason;
+  }
+  EXPECT_TRUE(results[6].is_ok()) << results[6].reason;  // another group still goes
+  const auto got = server.received();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_NE(got[2].body.find("\"n\":9"), std::string::npos);
+
+  // Per-event targets ({event_type}): requests in queue order, not in the order of the URLs.
+  server.respond([](const testing::ReceivedRequest&, httplib::Response&) {});
+  std::vector<PublishRequest> typed;
+  for (int n = 0; n < 2; ++n) {
+    typed.push_back({&events[n], server.url("/events/" + std::string(events[n].event_type()))});
+  }
+  for (const auto& r : publisher.publish(typed)) {
+    EXPECT_TRUE(r.is_ok()) << r.reason;
+  }
+  const auto in_order = server.received();
+  ASSERT_EQ(in_order.size(), 5u);
+  EXPECT_EQ(in_order[3].path, "/events/Zcreated");
+  EXPECT_EQ(in_order[4].path, "/events/Apaid");
+
+  // An invalid payload stops its group too: the events behind it are not sent.
+  auto bad = EventEnvelope::builder(EventType::of("Bad"))
+                 .message_group("b")
+                 .payload_json("{not json")
+                 .build();
+  auto behind =
+      EventEnvelope::builder(EventType::of("Bad")).message_group("b").payload_json("{}").build();
+  auto other =
+      EventEnvelope::builder(EventType::of("Other")).message_group("c").payload_json("{}").build();
+  std::vector<PublishRequest> with_bad{
+      {&bad, server.url("/b")}, {&behind, server.url("/b")}, {&other, server.url("/b")}};
+  const auto after_bad = publisher.publish(with_bad);
+  EXPECT_EQ(after_bad[0].kind, Kind::Permanent);
+  EXPECT_EQ(after_bad[1].kind, Kind::Retriable);
+  EXPECT_NE(after_bad[1].reason.find("not sent"), std::string::npos);
+  EXPECT_TRUE(after_bad[2].is_ok());
+}
+
 TEST(HttpPublisher, ClassifiesStatusesTimeoutsAndConnectionErrors) {
   testing::HttpTestServer server;
   std::mutex gate_mutex;

@@ -54,8 +54,9 @@ std::unique_ptr<DispatchQueue> make_fair_queues(std::size_t hot_capacity,
 /// The fair queues for events without a message group, and per-group FIFO queues for the others
 /// (which count against the cold capacity): a group's events are taken one take at a time, never
 /// two of a group at once, at most `max_active_groups` groups at once, groups in turn (a group
-/// taken goes to the back of the line), alternating with the ungrouped queues. One take carries
-/// the runs of several groups (each whole and in order) when they go to one batch listener.
+/// taken goes to the back of the line), alternating with the ungrouped queues. A take holds one
+/// group's events: a batch publisher gives one outcome to many events (an HTTP batch has one
+/// status), and a failing group must not take other groups' events down with it.
 std::unique_ptr<DispatchQueue> make_keyed_scheduler(std::size_t hot_capacity,
                                                     std::size_t cold_capacity,
                                                     std::size_t max_active_groups);

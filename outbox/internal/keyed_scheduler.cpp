@@ -43,38 +43,29 @@ class KeyedScheduler final : public DispatchQueue {
     if (!group_ready || (plain_->ready() && tick_++ % 2 == 0)) {
       return plain_->take(max);
     }
-    // Runs of several groups travel together when they go to one batch listener (a Kafka or
-    // HTTP batch: a run of ten events per call would cost a round trip per ten), each group's run
-    // contiguous and in order; an event without a batch listener goes alone.
+    std::string group = std::move(ready_.front());
+    ready_.pop_front();
+    auto it = groups_.find(group);
+    auto& waiting = it->second;
     std::vector<QueuedEvent> events;
-    while (!ready_.empty() && active_.size() < max_active_ && events.size() < max) {
-      auto it = groups_.find(ready_.front());
-      auto& waiting = it->second;
-      if (!events.empty() &&
-          (!waiting.front().batchable || waiting.front().batch_key != events.front().batch_key)) {
-        break;  // the next group in line goes to another listener: it waits for the next take
+    // As the fair queues: batchable events travel together (to one listener), others alone.
+    while (!waiting.empty() && events.size() < max) {
+      const auto& next = waiting.front();
+      const bool alone = !next.batchable;
+      if (!events.empty() && (alone || next.batch_key != events.front().batch_key)) {
+        break;
       }
-      active_.insert(ready_.front());
-      ready_.pop_front();
-      while (!waiting.empty() && events.size() < max) {
-        const auto& next = waiting.front();
-        if (!events.empty() && (!next.batchable || next.batch_key != events.front().batch_key)) {
-          break;
-        }
-        events.push_back(std::move(waiting.front()));
-        waiting.pop_front();
-        --grouped_;
-        if (!events.back().batchable) {
-          break;
-        }
-      }
-      if (waiting.empty()) {
-        groups_.erase(it);
-      }
-      if (!events.front().batchable) {
+      events.push_back(std::move(waiting.front()));
+      waiting.pop_front();
+      if (alone) {
         break;
       }
     }
+    grouped_ -= events.size();
+    if (waiting.empty()) {
+      groups_.erase(it);
+    }
+    active_.insert(std::move(group));
     return events;
   }
 

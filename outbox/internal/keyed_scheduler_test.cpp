@@ -106,32 +106,15 @@ TEST(KeyedScheduler, ABatchOfAGroupGoesToOneListener) {
   EXPECT_EQ(ids(q->take(1)), std::vector<std::string>{"a3"});
 }
 
-TEST(KeyedScheduler, RunsOfSeveralGroupsForOneBatchListenerTravelTogether) {
-  auto q = make_keyed_scheduler(10, 20, 3);
-  int kafka = 0, http = 0;
-  for (const char* g : {"a", "b", "c", "d"}) {
+TEST(KeyedScheduler, ATakeHoldsOneGroupsRunEvenForOneBatchListener) {
+  auto q = make_keyed_scheduler(10, 20, 8);
+  int kafka = 0;
+  for (const char* g : {"a", "b"}) {
     q->push(grouped(std::string(g) + "1", g, 0, &kafka));
     q->push(grouped(std::string(g) + "2", g, 0, &kafka));
   }
-  q->push(grouped("e1", "e", 0, &http));
-  // Each group's run whole and in order, groups in turn, no more groups than the cap.
-  EXPECT_EQ(ids(q->take(10)), (std::vector<std::string>{"a1", "a2", "b1", "b2", "c1", "c2"}));
-  EXPECT_EQ(q->active_groups(), 3u);
-  EXPECT_TRUE(q->take(10).empty());
-  q->end_group("a", false);
-  q->end_group("b", false);
-  // The next group in line goes to another listener: a take stops before it.
-  EXPECT_EQ(ids(q->take(10)), (std::vector<std::string>{"d1", "d2"}));
-  EXPECT_EQ(ids(q->take(10)), std::vector<std::string>{"e1"});
-  q->push(grouped("f1", "f", 0, &kafka));
-  q->push(grouped("f2", "f", 0, &kafka));
-  q->push(grouped("f3", "f", 0, &kafka));
-  EXPECT_TRUE(q->take(10).empty());  // c, d and e run: the cap
-  q->end_group("c", false);
-  // A take of `max` events may end inside a group's run; the rest of it waits for its turn.
-  EXPECT_EQ(ids(q->take(2)), (std::vector<std::string>{"f1", "f2"}));
-  q->end_group("f", false);
-  EXPECT_EQ(ids(q->take(10)), std::vector<std::string>{"f3"});
+  EXPECT_EQ(ids(q->take(10)), (std::vector<std::string>{"a1", "a2"}));
+  EXPECT_EQ(ids(q->take(10)), (std::vector<std::string>{"b1", "b2"}));
 }
 
 TEST(KeyedScheduler, GroupedEventsCountAgainstTheColdCapacityBesideThePlainOnes) {

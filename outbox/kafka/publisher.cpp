@@ -217,14 +217,22 @@ std::vector<PublishResult> KafkaPublisher::publish(std::span<const PublishReques
   PendingBatch pending;
   pending.results.resize(batch.size());
   std::vector<Slot> slots(batch.size());
+  // A message group's events after one refused here are not produced. (A broker's refusal comes
+  // later, per partition: the idempotent producer then fails the partition's later messages.)
+  GroupStops stops;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const EventEnvelope& event = *batch[i].event;
     if (impl_->cancelled) {
       pending.results[i] = Publisher::cancelled("kafka");
       continue;
     }
+    if (stops.stopped(event)) {
+      pending.results[i] = GroupStops::not_sent(event, "kafka");
+      continue;
+    }
     if (batch[i].target.empty()) {
       pending.results[i] = PublishResult::permanent("kafka: no topic for event");
+      stops.fail(event);
       continue;
     }
     const auto reserved = std::find_if(event.headers().begin(), event.headers().end(),
@@ -233,6 +241,7 @@ std::vector<PublishResult> KafkaPublisher::publish(std::span<const PublishReques
       pending.results[i] = PublishResult::permanent(
           "kafka: envelope header '" + reserved->first +
           "' refused: outbox-* names are reserved for the publisher's metadata");
+      stops.fail(event);
       continue;
     }
     rd_kafka_headers_t* headers = rd_kafka_headers_new(8 + event.headers().size());
@@ -285,6 +294,7 @@ std::vector<PublishResult> KafkaPublisher::publish(std::span<const PublishReques
       std::lock_guard lock(pending.mutex);
       --pending.remaining;
       pending.results[i] = classify(err);
+      stops.fail(event);
       continue;
     }
   }

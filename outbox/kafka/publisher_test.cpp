@@ -114,6 +114,37 @@ TEST(KafkaPublisher, OversizeMessageIsPermanentAndUnreachableBrokerRetriable) {
   EXPECT_EQ(down[0].kind, PublishResult::Kind::Retriable) << down[0].reason;
 }
 
+// An event of a message group refused before it reaches the broker (here: too large) stops its
+// group in that call: the group's later events are not produced (they would arrive first).
+TEST(KafkaPublisher, NothingOfAGroupIsProducedAfterItsRefusal) {
+  testing::KafkaMockCluster cluster;
+  cluster.create_topic("t", 1);
+  KafkaPublisher small(
+      {.brokers = cluster.bootstraps(), .properties = {{"message.max.bytes", "1000"}}});
+  auto grouped = [](const std::string& group, const std::string& payload) {
+    return EventEnvelope::builder(EventType::of("G"))
+        .message_group(group)
+        .payload_json(payload)
+        .build();
+  };
+  auto head = grouped("g", "{}");
+  auto big = grouped("g", "\"" + std::string(5000, 'x') + "\"");
+  auto behind = grouped("g", "{}");
+  auto other = grouped("h", "{}");
+  auto r = small.publish(
+      std::vector<PublishRequest>{{&head, "t"}, {&big, "t"}, {&behind, "t"}, {&other, "t"}});
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_TRUE(r[0].is_ok()) << r[0].reason;
+  EXPECT_EQ(r[1].kind, PublishResult::Kind::Permanent) << r[1].reason;
+  EXPECT_EQ(r[2].kind, PublishResult::Kind::Retriable);
+  EXPECT_NE(r[2].reason.find("not sent"), std::string::npos) << r[2].reason;
+  EXPECT_TRUE(r[3].is_ok()) << r[3].reason;
+  auto messages = testing::consume(cluster.bootstraps(), {"t"}, 2);
+  ASSERT_EQ(messages.size(), 2u);
+  EXPECT_EQ(messages[0].headers.at(kHeaderEventId), head.event_id());
+  EXPECT_EQ(messages[1].headers.at(kHeaderEventId), other.event_id());
+}
+
 // Issue 9 item 11: an envelope header named like the publisher's own (any case) used to travel
 // next to it, so a consumer could read a forged event id or type.
 TEST(KafkaPublisher, EnvelopeHeadersCannotPassForOutboxHeaders) {

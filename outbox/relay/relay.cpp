@@ -115,16 +115,23 @@ class RoutingRegistry final : public ListenerRegistry {
                       target = route.target](std::span<const EventEnvelope* const> events) {
         std::vector<PublishRequest> requests;
         requests.reserve(events.size());
-        // An event whose target cannot be built is refused alone; the others still go.
+        // An event whose target cannot be built is refused alone; the others still go, but for
+        // the later events of its message group.
         std::vector<DeliveryResult> results(events.size());
         std::vector<std::size_t> sent;
         sent.reserve(events.size());
+        GroupStops stops;
         for (std::size_t i = 0; i < events.size(); ++i) {
+          if (stops.stopped(*events[i])) {
+            results[i] = to_delivery(GroupStops::not_sent(*events[i], "relay"));
+            continue;
+          }
           try {
             requests.push_back({events[i], expand_target(target, *events[i])});
             sent.push_back(i);
           } catch (const std::invalid_argument& e) {
             results[i] = DeliveryResult::permanent(std::string("target: ") + e.what());
+            stops.fail(*events[i]);
           }
         }
         if (requests.empty()) {

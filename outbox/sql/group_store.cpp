@@ -153,16 +153,34 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
   // One statement for every partition: each arm walks the group index of one partition. UNION ALL
   // emits its arms one after the other, each in its own order, on every engine here.
   Statement s = statement();
-  for (std::size_t i = 0; i < ranges.size(); ++i) {
+  // Rows with an empty key (an outside writer's; the key's partition is that of "") are read by
+  // an arm of their own (the cursor below, '' when none, starts after them): they are settled as
+  // undecodable instead of waiting for ever.
+  const int empty_key_partition = message_group_partition("");
+  std::size_t arm = 0;
+  for (const auto& r : ranges) {
+    if (r.partition != empty_key_partition) {
+      continue;
+    }
+    s.sql("SELECT * FROM (SELECT event_id, message_group, partition_no, CASE WHEN available_at <= ")
+        .now(now)
+        .sql(" THEN 1 ELSE 0 END AS due FROM " + table_ + " WHERE " +
+             dialect_.group_pending_filter() + " AND partition_no = ")
+        .param(std::int64_t{r.partition})
+        .sql(" AND message_group = '' ORDER BY " + dialect_.group_order_column() + " LIMIT " +
+             std::to_string(std::max(1, r.limit)) + ") e");
+    ++arm;
+  }
+  for (std::size_t i = 0; i < ranges.size(); ++i, ++arm) {
     const auto& r = ranges[i];
-    s.sql(i == 0 ? "SELECT * FROM (" : " UNION ALL SELECT * FROM (");
+    s.sql(arm == 0 ? "SELECT * FROM (" : " UNION ALL SELECT * FROM (");
     s.sql("SELECT event_id, message_group, partition_no, CASE WHEN available_at <= ")
         .now(now)
         .sql(" THEN 1 ELSE 0 END AS due FROM " + table_ + " WHERE " +
              dialect_.group_pending_filter() + " AND partition_no = ")
         .param(std::int64_t{r.partition})
         .sql(" AND message_group > ")
-        .param(r.after_group);  // '' when none: no key is empty
+        .param(r.after_group);  // '' when none (empty keys: the arm above)
     // The limit inline and every arm alike: the text then depends only on how many partitions
     // and what limit, so PostgreSQL plans it once per connection (planning the arms cost more
     // than running them).
