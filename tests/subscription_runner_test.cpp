@@ -74,6 +74,19 @@ SubscriptionRunner::Schedule fast() {
 
 class SubscriptionRunnerTest : public StreamFixture {
  protected:
+  // Started, with one subscription ("sleepy") that polls hourly: only a wake-up makes it read
+  // sooner. Owned by the fixture.
+  SubscriptionRunner* hourly(std::shared_ptr<Recorder> rec) {
+    hourly_ = std::make_unique<SubscriptionRunner>(SubscriptionRunner::Options{
+        .connection_provider = pool_,
+        .store = stream_,
+        .subscriptions = {{.spec = {"sleepy", {}, "log", ""},
+                           .publisher = std::move(rec),
+                           .schedule = {.poll_interval = std::chrono::hours(1)}}},
+        .sequencer_interval = std::chrono::hours(1)});
+    hourly_->start();
+    return hourly_.get();
+  }
   std::unique_ptr<SubscriptionRunner> runner(
       std::vector<std::pair<SubscriptionSpec, std::shared_ptr<Recorder>>> subs,
       std::shared_ptr<LeaseManager> leases = {}) {
@@ -118,6 +131,8 @@ class SubscriptionRunnerTest : public StreamFixture {
     auto conn = pool_->acquire();
     return stream_->find(*conn, name)->cursor == stream_->head(*conn);
   }
+
+  std::unique_ptr<SubscriptionRunner> hourly_;
 };
 
 TEST_P(SubscriptionRunnerTest, FansOutByTagsToEachSubscriptionInStreamOrderAgainstALedger) {
@@ -332,14 +347,7 @@ TEST_P(SubscriptionRunnerTest, TwoProcessesShareTheSubscriptionsAndOneTakesOverF
 
 TEST_P(SubscriptionRunnerTest, ACommitInThisProcessWakesASubscriptionThatWouldWaitAnHour) {
   auto rec = std::make_shared<Recorder>();
-  SubscriptionRunner runner(
-      {.connection_provider = pool_,
-       .store = stream_,
-       .subscriptions = {{.spec = {"sleepy", {}, "log", ""},
-                          .publisher = rec,
-                          .schedule = {.poll_interval = std::chrono::hours(1)}}},
-       .sequencer_interval = std::chrono::hours(1)});
-  runner.start();
+  auto& runner = *hourly(rec);
   // Its first poll found nothing; from now on only a wake-up makes it read before an hour.
   ASSERT_TRUE(wait_until([&] { return runner.views()[0].state.has_value(); }));
   auto context = std::make_shared<ThreadLocalTxContext>();
@@ -362,14 +370,7 @@ TEST_P(SubscriptionRunnerTest, AWakeUpHeldBackByAnOpenTransactionIsNotLost) {
                  << ": only PostgreSQL holds reads back behind open transactions";
   }
   auto rec = std::make_shared<Recorder>();
-  SubscriptionRunner runner(
-      {.connection_provider = pool_,
-       .store = stream_,
-       .subscriptions = {{.spec = {"sleepy", {}, "log", ""},
-                          .publisher = rec,
-                          .schedule = {.poll_interval = std::chrono::hours(1)}}},
-       .sequencer_interval = std::chrono::hours(1)});
-  runner.start();
+  auto& runner = *hourly(rec);
   ASSERT_TRUE(wait_until([&] { return runner.views()[0].state.has_value(); }));
   auto blocker = pool_->acquire();
   blocker->begin();
