@@ -21,6 +21,7 @@
 #include "outbox/purge.hpp"
 #include "outbox/relay/admin_server.hpp"
 #include "outbox/relay/group_ops.hpp"
+#include "outbox/relay/internal/routing_registry.hpp"
 #include "outbox/relay/internal/table_metrics.hpp"
 #include "outbox/relay/log_publisher.hpp"
 #include "outbox/relay/operations.hpp"
@@ -79,109 +80,6 @@ std::string default_owner() {
   }
   return name + "-" + std::to_string(getpid()) + "-" + new_ulid().substr(16);
 }
-
-// One publish result as the dispatcher's delivery result.
-DeliveryResult to_delivery(const PublishResult& result) {
-  switch (result.kind) {
-    case PublishResult::Kind::Ok:
-      return DeliveryResult::delivered();
-    case PublishResult::Kind::Retriable:
-      if (result.retry_after) {
-        return DeliveryResult::retry_later(*result.retry_after, result.reason);
-      }
-      return DeliveryResult::failed(result.reason);
-    case PublishResult::Kind::Permanent:
-      return DeliveryResult::permanent(result.reason);
-  }
-  return DeliveryResult::failed(result.reason);
-}
-
-// Publishers that take many events per call get the dispatcher's batches; a webhook publisher
-// posts one event per call, so it gets single events from many workers in parallel instead.
-bool takes_batches(const PublisherConfig& p) {
-  return p.type != PublisherConfig::Type::Http || p.batch;
-}
-
-// Routes each event to the first matching route's publisher; no match → unroutable → DEAD.
-class RoutingRegistry final : public ListenerRegistry {
- public:
-  RoutingRegistry(const std::vector<RouteConfig>& routes,
-                  const std::vector<PublisherConfig>& configs,
-                  const std::map<std::string, std::shared_ptr<Publisher>>& publishers,
-                  std::shared_ptr<prometheus::PrometheusMetrics> metrics)
-      : router_(routes) {
-    for (const auto& route : routes) {
-      auto publish = [publisher = publishers.at(route.publisher), metrics, name = route.publisher,
-                      target = route.target](std::span<const EventEnvelope* const> events) {
-        std::vector<PublishRequest> requests;
-        requests.reserve(events.size());
-        // An event whose target cannot be built is refused alone; the others still go, but for
-        // the later events of its message group.
-        std::vector<DeliveryResult> results(events.size());
-        std::vector<std::size_t> sent;
-        sent.reserve(events.size());
-        GroupStops stops;
-        for (std::size_t i = 0; i < events.size(); ++i) {
-          if (stops.stopped(*events[i])) {
-            results[i] = to_delivery(GroupStops::not_sent(*events[i], "relay"));
-            continue;
-          }
-          try {
-            requests.push_back({events[i], expand_target(target, *events[i])});
-            sent.push_back(i);
-          } catch (const std::invalid_argument& e) {
-            results[i] = DeliveryResult::permanent(std::string("target: ") + e.what());
-            stops.fail(*events[i]);
-          }
-        }
-        if (requests.empty()) {
-          return results;
-        }
-        const auto start = std::chrono::steady_clock::now();
-        const auto published = publisher->publish(requests);
-        const auto elapsed = std::chrono::steady_clock::now() - start;
-        for (std::size_t k = 0; k < sent.size(); ++k) {
-          const auto result = k < published.size()
-                                  ? published[k]
-                                  : PublishResult::retriable("publisher returned no result");
-          metrics->record_publish(name, result.kind, elapsed);
-          results[sent[k]] = to_delivery(result);
-        }
-        return results;
-      };
-      singles_.push_back(std::make_shared<const ResultListener>([publish](const EventEnvelope& e) {
-        const EventEnvelope* one = &e;
-        return publish(std::span(&one, 1)).at(0);
-      }));
-      const bool batches = takes_batches(
-          *std::find_if(configs.begin(), configs.end(),
-                        [&](const PublisherConfig& p) { return p.name == route.publisher; }));
-      batches_.push_back(batches ? std::make_shared<const BatchEventListener>(publish) : nullptr);
-    }
-  }
-
-  // Every routed event has a result listener; none matches an unrouted one (→ unroutable).
-  std::shared_ptr<const EventListener> listener_for(std::string_view,
-                                                    std::string_view) const override {
-    return nullptr;
-  }
-  std::shared_ptr<const ResultListener> result_listener_for(
-      std::string_view aggregate_type, std::string_view event_type) const override {
-    const auto index = router_.match(aggregate_type, event_type);
-    return index ? singles_[*index] : nullptr;
-  }
-  std::shared_ptr<const BatchEventListener> batch_listener_for(
-      std::string_view aggregate_type, std::string_view event_type) const override {
-    const auto index = router_.match(aggregate_type, event_type);
-    return index ? batches_[*index] : nullptr;
-  }
-
- private:
-  Router router_;
-  // One entry per route, in the same order.
-  std::vector<std::shared_ptr<const ResultListener>> singles_;
-  std::vector<std::shared_ptr<const BatchEventListener>> batches_;
-};
 
 // Rows of a table only subscriptions read stay NEW: they go by age, once every live
 // subscription has read them.
@@ -294,7 +192,7 @@ struct Relay::Impl {
         .tx_context = std::make_shared<ThreadLocalTxContext>(),  // the relay never writes
         .store = d.store,
         .listeners =
-            std::make_shared<RoutingRegistry>(d.routes, config.publishers, publishers, metrics),
+            internal::make_routing_registry(d.routes, config.publishers, publishers, metrics),
         .metrics = d.metrics,
         .dispatcher = {.retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(
                            config.dispatcher.backoff_base, config.dispatcher.backoff_max),
