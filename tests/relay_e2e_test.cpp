@@ -43,30 +43,18 @@ EventEnvelope event(const std::string& type, const std::string& aggregate_type,
 }
 
 // One database (SQLite file or PostgreSQL table) migrated by the CLI.
-class RelayE2E : public ::testing::TestWithParam<std::string> {
+class RelayE2E : public testing::RelayDatabaseTest {
  protected:
   void SetUp() override {
-    if (GetParam() != "sqlite") {
-      auto url = testing::server_url(GetParam());
-      OUTBOX_REQUIRE_SERVER(url, GetParam());
-      url_ = *url;
-      table_ = testing::unique_table("relay");
-    } else {
-      url_ = "sqlite://" + dir_.file("relay.db");
-      table_ = "outbox_event";
+    RelayDatabaseTest::SetUp();
+    if (skipped_or_failed()) {
+      return;
     }
-    auto migrated = run_cli(dir_, "migrate --db '" + url_ + "' --table " + table_);
-    ASSERT_EQ(migrated.exit_code, 0) << migrated.err;
+    testing::CommandResult migrated;
+    table_ = migrate_table("relay", "outbox_event", &migrated);
     ASSERT_NE(migrated.out.find("schema version 0 -> 5"), std::string::npos) << migrated.out;
     pool_ = open_pool(url_, 2);
     store_ = detect_store(*pool_->acquire(), table_);
-  }
-  void TearDown() override {
-    if (pool_ && GetParam() != "sqlite") {
-      auto conn = pool_->acquire();
-      conn->execute("DROP TABLE IF EXISTS " + table_);
-      conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table_ + "'");
-    }
   }
   std::string database_toml() const {
     return "[database]\nurl = \"" + url_ + "\"\ntable = \"" + table_ + "\"\n";
@@ -76,8 +64,7 @@ class RelayE2E : public ::testing::TestWithParam<std::string> {
     store_->insert_batch(*pool_->acquire(), events);
   }
 
-  testing::TempDir dir_;
-  std::string url_, table_;
+  std::string table_;
   std::shared_ptr<sql::ConnectionPool> pool_;
   std::shared_ptr<OutboxStore> store_;
 };

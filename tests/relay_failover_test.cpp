@@ -43,20 +43,14 @@ std::string libfaketime() {
   return "";
 }
 
-class RelayFailover : public ::testing::TestWithParam<std::string> {
+class RelayFailover : public testing::RelayDatabaseTest {
  protected:
   void SetUp() override {
-    if (GetParam() != "sqlite") {
-      auto url = testing::server_url(GetParam());
-      OUTBOX_REQUIRE_SERVER(url, testing::display_name(GetParam()));
-      url_ = *url;
-      table_ = testing::unique_table("failover");
-    } else {
-      url_ = "sqlite://" + dir_.file("failover.db");
-      table_ = "outbox_event";
+    RelayDatabaseTest::SetUp();
+    if (skipped_or_failed()) {
+      return;
     }
-    auto migrated = run_cli(dir_, "migrate --db '" + url_ + "' --table " + table_);
-    ASSERT_EQ(migrated.exit_code, 0) << migrated.err;
+    table_ = migrate_table("failover");
     pool_ = open_pool(url_, 2);
     auto conn = pool_->acquire();
     store_ = detect_store(*conn, table_);
@@ -65,12 +59,7 @@ class RelayFailover : public ::testing::TestWithParam<std::string> {
   void TearDown() override {
     stop_producer();
     relays_.clear();
-    if (pool_ && GetParam() != "sqlite") {
-      auto conn = pool_->acquire();
-      conn->execute("DROP TABLE IF EXISTS " + sql::lease_table_name(table_));
-      conn->execute("DROP TABLE IF EXISTS " + table_);
-      conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table_ + "'");
-    }
+    RelayDatabaseTest::TearDown();
   }
 
   // Starts relay `name` in standby mode (`environment`: see RelayProcess).
@@ -161,9 +150,8 @@ class RelayFailover : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(wait_until([&] { return received().size() >= base + n; }, 60s));
   }
 
-  testing::TempDir dir_;
   testing::HttpTestServer http_;
-  std::string url_, table_;
+  std::string table_;
   std::shared_ptr<sql::ConnectionPool> pool_;
   std::shared_ptr<OutboxStore> store_;
   std::shared_ptr<LeaseStore> leases_;

@@ -77,20 +77,14 @@ struct OrderCheck {
   }
 };
 
-class RelayGroups : public ::testing::TestWithParam<std::string> {
+class RelayGroups : public testing::RelayDatabaseTest {
  protected:
   void SetUp() override {
-    if (GetParam() != "sqlite") {
-      auto url = testing::server_url(GetParam());
-      OUTBOX_REQUIRE_SERVER(url, testing::display_name(GetParam()));
-      url_ = *url;
-      table_ = testing::unique_table("groups");
-    } else {
-      url_ = "sqlite://" + dir_.file("groups.db");
-      table_ = "outbox_event";
+    RelayDatabaseTest::SetUp();
+    if (skipped_or_failed()) {
+      return;
     }
-    auto migrated = run_cli(dir_, "migrate --db '" + url_ + "' --table " + table_);
-    ASSERT_EQ(migrated.exit_code, 0) << migrated.err;
+    table_ = migrate_table("groups");
     pool_ = open_pool(url_, 8);
     auto conn = pool_->acquire();
     store_ = detect_store(*conn, table_);
@@ -117,9 +111,7 @@ class RelayGroups : public ::testing::TestWithParam<std::string> {
   }
   void TearDown() override {
     relays_.clear();
-    if (pool_ && GetParam() != "sqlite") {
-      testing::drop_outbox_tables(*pool_->acquire(), table_);
-    }
+    RelayDatabaseTest::TearDown();
   }
 
   void start_relay(const std::string& name) {
@@ -165,8 +157,6 @@ class RelayGroups : public ::testing::TestWithParam<std::string> {
     return http_order_.complete();
   }
 
-  testing::TempDir dir_;
-  std::string url_;
   std::string table_;
   std::shared_ptr<sql::ConnectionPool> pool_;
   std::shared_ptr<OutboxStore> store_;

@@ -89,24 +89,15 @@ struct Received {
   }
 };
 
-class RelayTables : public ::testing::TestWithParam<std::string> {
+class RelayTables : public testing::RelayDatabaseTest {
  protected:
   void SetUp() override {
-    if (GetParam() != "sqlite") {
-      auto url = testing::server_url(GetParam());
-      OUTBOX_REQUIRE_SERVER(url, testing::display_name(GetParam()));
-      url_ = *url;
-      events_ = testing::unique_table("outbox_events");
-      jobs_ = testing::unique_table("outbox_dispatch_jobs");
-    } else {
-      url_ = "sqlite://" + dir_.file("tables.db");
-      events_ = "outbox_events";
-      jobs_ = "outbox_dispatch_jobs";
+    RelayDatabaseTest::SetUp();
+    if (skipped_or_failed()) {
+      return;
     }
-    for (const auto& table : {events_, jobs_}) {
-      auto migrated = run_cli(dir_, "migrate --db '" + url_ + "' --table " + table);
-      ASSERT_EQ(migrated.exit_code, 0) << migrated.err;
-    }
+    events_ = migrate_table("outbox_events", "outbox_events");
+    jobs_ = migrate_table("outbox_dispatch_jobs", "outbox_dispatch_jobs");
     pool_ = open_pool(url_, 2);
     auto conn = pool_->acquire();
     stores_[events_] = detect_store(*conn, events_);
@@ -131,11 +122,7 @@ class RelayTables : public ::testing::TestWithParam<std::string> {
   }
   void TearDown() override {
     relay_.reset();
-    if (pool_ && GetParam() != "sqlite") {
-      auto conn = pool_->acquire();
-      testing::drop_outbox_tables(*conn, events_);
-      testing::drop_outbox_tables(*conn, jobs_);
-    }
+    RelayDatabaseTest::TearDown();
   }
 
   // database.table is the events table; the second route names the jobs table. `extra`: more
@@ -197,8 +184,7 @@ class RelayTables : public ::testing::TestWithParam<std::string> {
                       "text/plain");
   }
 
-  testing::TempDir dir_;
-  std::string url_, events_, jobs_;
+  std::string events_, jobs_;
   std::shared_ptr<sql::ConnectionPool> pool_;
   std::map<std::string, std::shared_ptr<OutboxStore>> stores_;
   testing::HttpTestServer events_http_, jobs_http_;

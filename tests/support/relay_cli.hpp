@@ -9,9 +9,13 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "outbox/detect/detect.hpp"
+#include "tests/support/engines.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/servers.hpp"
+#include "tests/support/tables.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace outbox::testing {
@@ -93,6 +97,53 @@ class RelayProcess {
  private:
   std::string log_;
   pid_t pid_ = -1;
+};
+
+// A database for relay processes per engine parameter ("sqlite", "postgres", "mysql"): the
+// throwaway server (a SQLite file otherwise), and outbox tables migrated by the CLI, dropped with
+// their side tables after the test. A derived SetUp calls this one first and returns when it
+// skipped.
+class RelayDatabaseTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  // Skips (or fails, when servers are required) without the engine's server.
+  void SetUp() override {
+    if (GetParam() == "sqlite") {
+      url_ = "sqlite://" + dir_.file("relay.db");
+      return;
+    }
+    auto url = server_url(GetParam());
+    OUTBOX_REQUIRE_SERVER(url, display_name(GetParam()));
+    url_ = *url;
+  }
+  void TearDown() override {
+    if (GetParam() != "sqlite" && !url_.empty() && !migrated_.empty()) {
+      auto pool = open_pool(url_, 1);
+      for (const auto& table : migrated_) {
+        drop_outbox_tables(*pool->acquire(), table);
+      }
+    }
+  }
+  // Runs `outbox migrate` for a table and returns its name: `sqlite_name` in the SQLite file, a
+  // name of its own ("<prefix>_<pid>_<n>") on a server. `result` receives the command's output.
+  std::string migrate_table(const std::string& prefix,
+                            const std::string& sqlite_name = "outbox_event",
+                            CommandResult* result = nullptr) {
+    const auto table = GetParam() == "sqlite" ? sqlite_name : unique_table(prefix);
+    auto migrated = run_cli(dir_, "migrate --db '" + url_ + "' --table " + table);
+    EXPECT_EQ(migrated.exit_code, 0) << migrated.err;
+    migrated_.push_back(table);
+    if (result != nullptr) {
+      *result = std::move(migrated);
+    }
+    return table;
+  }
+  bool skipped_or_failed() const { return IsSkipped() || HasFatalFailure(); }
+
+  TempDir dir_;
+  std::string url_;
+
+ private:
+  std::vector<std::string> migrated_;
 };
 
 // A SQLite file migrated by the CLI, for the tests that need only one engine.
