@@ -500,9 +500,13 @@ RelayConfig read(const toml::table& root, const std::string& source) {
       }
     }
     if (!clash.empty()) {
-      r.fail(*r.get("table"),
-             "routes.table '" + route.table + "' is '" + clash +
-                 "' written in another case: spell a table the same way everywhere");
+      const std::string message =
+          "routes.table '" + route.table + "' is '" + clash +
+          "' written in another case: spell a table the same way everywhere";
+      if (const auto* node = r.get("table")) {
+        r.fail(*node, message);
+      }
+      r.fail(message);  // the route took database.table by default
     }
     try {
       parse_group_failure_policy(route.on_failure);
