@@ -87,6 +87,15 @@ class SubscriptionRunnerTest : public StreamFixture {
     hourly_->start();
     return hourly_.get();
   }
+  // Commits one event through a writer whose hook wakes `runner`, as an application would.
+  void commit_woken(SubscriptionRunner& runner) {
+    auto context = std::make_shared<ThreadLocalTxContext>();
+    TransactionManager tx(pool_, context);
+    OutboxWriter writer(context, store_, runner.writer_hook());
+    auto t = tx.begin();
+    writer.write(EventEnvelope::of_json(EventType::of("Woken"), "{}"));
+    t.commit();
+  }
   std::unique_ptr<SubscriptionRunner> runner(
       std::vector<std::pair<SubscriptionSpec, std::shared_ptr<Recorder>>> subs,
       std::shared_ptr<LeaseManager> leases = {}) {
@@ -350,14 +359,7 @@ TEST_P(SubscriptionRunnerTest, ACommitInThisProcessWakesASubscriptionThatWouldWa
   auto& runner = *hourly(rec);
   // Its first poll found nothing; from now on only a wake-up makes it read before an hour.
   ASSERT_TRUE(wait_until([&] { return runner.views()[0].state.has_value(); }));
-  auto context = std::make_shared<ThreadLocalTxContext>();
-  TransactionManager tx(pool_, context);
-  OutboxWriter writer(context, store_, runner.writer_hook());
-  {
-    auto t = tx.begin();
-    writer.write(EventEnvelope::of_json(EventType::of("Woken"), "{}"));
-    t.commit();
-  }
+  commit_woken(runner);
   ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 1; }));
 }
 
@@ -375,14 +377,7 @@ TEST_P(SubscriptionRunnerTest, AWakeUpHeldBackByAnOpenTransactionIsNotLost) {
   auto blocker = pool_->acquire();
   blocker->begin();
   store_->insert_new(*blocker, EventEnvelope::of_json(EventType::of("Blocker"), "{}"));  // open
-  auto context = std::make_shared<ThreadLocalTxContext>();
-  TransactionManager tx(pool_, context);
-  OutboxWriter writer(context, store_, runner.writer_hook());
-  {
-    auto t = tx.begin();
-    writer.write(EventEnvelope::of_json(EventType::of("Woken"), "{}"));
-    t.commit();
-  }
+  commit_woken(runner);
   ASSERT_TRUE(
       wait_until([&] { return runner.views()[0].waiting.find("held back") != std::string::npos; }));
   EXPECT_TRUE(rec->ids().empty());

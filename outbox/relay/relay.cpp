@@ -333,14 +333,19 @@ struct Relay::Impl {
 
   void build_admin() {
     AdminHandlers h;
+    // Probed every few seconds: reads no row (the oldest pending grouped row is found by walking
+    // the created_at index past every older DONE row: 16 ms per 100,000 on PostgreSQL).
     h.check_ready = [this] {
       auto conn = pool->acquire();
-      store->oldest_pending(*conn);
+      std::vector<std::string> tables{config.database.table};
       for (const auto& d : drains) {
+        tables.push_back(d->table);
+      }
+      for (const auto& table : tables) {
         try {
-          d->store->oldest_pending(*conn);
+          conn->query("SELECT event_id FROM " + table + " WHERE 1 = 0");
         } catch (const StoreError& e) {
-          throw StoreError("table " + d->table + ": " + e.what(), e.sqlstate());
+          throw StoreError("table " + table + ": " + e.what(), e.sqlstate());
         }
       }
     };
