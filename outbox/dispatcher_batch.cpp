@@ -2,6 +2,7 @@
 // listener, queue order kept), the rest one by one; a batch is re-checked against acting().
 
 #include <algorithm>
+#include <chrono>
 
 #include "outbox/dispatcher.hpp"
 #include "outbox/listener.hpp"
@@ -103,8 +104,18 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
     }
     for (std::size_t k = 0; k < live.size(); ++k) {
       auto& queued = events[live[k]];
-      if (!complete(queued, results[k]) && queued.envelope.message_group()) {
-        stopped.insert(*queued.envelope.message_group());
+      const auto& group = queued.envelope.message_group();
+      if (group && stopped.contains(*group) && !results[k].ok()) {
+        // It failed behind its group's failure in this call (as a broker fails a key's later
+        // events): no attempt of its own, so it can never block the group in its head's place
+        // (nor re-block it after an operator's retry); it waits behind the head.
+        results[k] = DeliveryResult::retry_later(
+            std::chrono::milliseconds(1), "not delivered: an earlier event of message group '" +
+                                              *group +
+                                              "' failed in the same call: " + results[k].message);
+      }
+      if (!complete(queued, results[k]) && group) {
+        stopped.insert(*group);
       }
     }
   }
