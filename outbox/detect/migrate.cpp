@@ -85,6 +85,11 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
   if (result.from < 5) {
     engine.create_group_schema(conn, table);
   }
+  // Version 6: defaults for the minimal insert of a writer in another language (status,
+  // available_at, created_at).
+  if (result.from < 6) {
+    engine.create_writer_defaults(conn, table);
+  }
   if (result.from == 0) {
     // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)
     // still cannot fail on the key.

@@ -136,6 +136,16 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   create_lease_schema(conn, table);
   create_stream_schema(conn, table);
   create_group_schema(conn, table);
+  create_writer_defaults(conn, table);
+}
+
+void create_writer_defaults(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  // UTC, as the library writes its instants; a change of defaults only (no table copy).
+  conn.execute("ALTER TABLE " + table +
+               " ALTER COLUMN status SET DEFAULT 0, "
+               "ALTER COLUMN available_at SET DEFAULT (UTC_TIMESTAMP(6)), "
+               "ALTER COLUMN created_at SET DEFAULT (UTC_TIMESTAMP(6))");
 }
 
 void create_group_schema(sql::Connection& conn, const std::string& table) {

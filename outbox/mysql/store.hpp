@@ -18,6 +18,10 @@ void create_lease_schema(sql::Connection& conn, const std::string& table = "outb
 /// message_group and partition_no columns, the index of grouped pending rows, the pending index
 /// without them, and the table of blocked groups. Throws outbox::StoreError.
 void create_group_schema(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Gives `table` the defaults an outside writer's minimal insert relies on (status PENDING,
+/// available_at and created_at now): schema version 6, also made by create_schema. Throws
+/// outbox::StoreError, std::invalid_argument on a bad table name.
+void create_writer_defaults(sql::Connection& conn, const std::string& table = "outbox_event");
 
 /// The MariaDB/MySQL dialect: DATETIME(6) in UTC, JSON columns, `?` parameters, generated
 /// pending_at / terminal_at columns as the pending and terminal indexes.

@@ -98,6 +98,17 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   create_lease_schema(conn, table);
   create_stream_schema(conn, table);
   create_group_schema(conn, table);
+  create_writer_defaults(conn, table);
+}
+
+void create_writer_defaults(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  // clock_timestamp(), not now(): rows one transaction inserts keep their insert order in
+  // created_at (now() is the transaction's start, the same for all of them).
+  conn.execute("ALTER TABLE " + table +
+               " ALTER COLUMN status SET DEFAULT 0, "
+               "ALTER COLUMN available_at SET DEFAULT clock_timestamp(), "
+               "ALTER COLUMN created_at SET DEFAULT clock_timestamp()");
 }
 
 void create_group_schema(sql::Connection& conn, const std::string& table) {

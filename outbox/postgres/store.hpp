@@ -22,6 +22,10 @@ void require_index(sql::Connection& conn, const std::string& table, const std::s
 /// message_group and partition_no columns, the index of grouped pending rows, the pending index
 /// without them, and the table of blocked groups. Throws outbox::StoreError.
 void create_group_schema(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Gives `table` the defaults an outside writer's minimal insert relies on (status PENDING,
+/// available_at and created_at now): schema version 6, also made by create_schema. Throws
+/// outbox::StoreError, std::invalid_argument on a bad table name.
+void create_writer_defaults(sql::Connection& conn, const std::string& table = "outbox_event");
 
 /// The PostgreSQL dialect: TIMESTAMPTZ, JSONB and BYTEA columns, `$n` parameters, id arrays.
 const sql::Dialect& dialect();

@@ -36,6 +36,10 @@ const sql::Engine& engine() {
                                  const std::string& table) { create_stream_schema(conn, table); },
       .create_group_schema = [](sql::Connection& conn,
                                 const std::string& table) { create_group_schema(conn, table); },
+      .create_writer_defaults =
+          [](sql::Connection& conn, const std::string& table) {
+            create_writer_defaults(conn, table);
+          },
       .make_stream_store = [](const std::string& table) -> std::shared_ptr<StreamStore> {
         return std::make_shared<SqliteStreamStore>(table);
       },

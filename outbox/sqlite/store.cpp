@@ -1,6 +1,9 @@
 #include "outbox/sqlite/store.hpp"
 
 #include <algorithm>
+#include <array>
+#include <optional>
+#include <string_view>
 
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
@@ -36,33 +39,37 @@ const sql::Dialect& dialect() {
 
 namespace {
 
-// The columns in the order of schema version 4. stream_seq is the rowid, with AUTOINCREMENT: a
-// plain rowid is reused once the newest row is purged, and VACUUM may renumber an implicit one,
-// either of which would move events behind a subscription's cursor.
-constexpr const char* kColumns =
-    "stream_seq INTEGER PRIMARY KEY AUTOINCREMENT, "
-    "event_id TEXT NOT NULL UNIQUE, "
-    "event_type TEXT NOT NULL, "
-    "aggregate_type TEXT, "
-    "aggregate_id TEXT, "
-    "tenant_id TEXT, "
-    "payload BLOB NOT NULL, "
-    "headers TEXT, "
-    "status INTEGER NOT NULL, "
-    "attempts INTEGER NOT NULL DEFAULT 0, "
-    "available_at INTEGER NOT NULL, "
-    "created_at INTEGER NOT NULL, "
-    "done_at INTEGER, "
-    "last_error TEXT, "
-    "locked_by TEXT, "
-    "locked_at INTEGER, "
-    "tags TEXT";
+// The columns in the order of schema version 4, with the defaults of version 6 (an outside
+// writer's minimal insert names event_id, event_type and payload). stream_seq is the rowid, with
+// AUTOINCREMENT: a plain rowid is reused once the newest row is purged, and VACUUM may renumber an
+// implicit one, either of which would move events behind a subscription's cursor.
+std::string columns() {
+  const std::string now = "(" + dialect().lease_now() + ")";
+  return "stream_seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+         "event_id TEXT NOT NULL UNIQUE, "
+         "event_type TEXT NOT NULL, "
+         "aggregate_type TEXT, "
+         "aggregate_id TEXT, "
+         "tenant_id TEXT, "
+         "payload BLOB NOT NULL, "
+         "headers TEXT, "
+         "status INTEGER NOT NULL DEFAULT 0, "
+         "attempts INTEGER NOT NULL DEFAULT 0, "
+         "available_at INTEGER NOT NULL DEFAULT " +
+         now + ", created_at INTEGER NOT NULL DEFAULT " + now +
+         ", "
+         "done_at INTEGER, "
+         "last_error TEXT, "
+         "locked_by TEXT, "
+         "locked_at INTEGER, "
+         "tags TEXT";
+}
 
-// The columns of versions 1 to 3, in the order of kColumns; any other column of a table being
-// upgraded (tags, or one an application added) is copied as it is.
-constexpr const char* kVersion1Columns =
-    "event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, headers, status, "
-    "attempts, available_at, created_at, done_at, last_error, locked_by, locked_at";
+// The names columns() defines: any other column of a table being rebuilt is carried over as it is.
+constexpr std::array<std::string_view, 17> kColumnNames = {
+    "stream_seq", "event_id",   "event_type", "aggregate_type", "aggregate_id", "tenant_id",
+    "payload",    "headers",    "status",     "attempts",       "available_at", "created_at",
+    "done_at",    "last_error", "locked_by",  "locked_at",      "tags"};
 
 void create_indexes(sql::Connection& conn, const std::string& table) {
   // Pending rows only, in poll order: poll and claim walk this small index instead of the whole
@@ -81,15 +88,89 @@ bool has_column(sql::Connection& conn, const std::string& table, const std::stri
               .empty();
 }
 
+// Re-creates `table` with columns() (SQLite cannot change a column's key or default in place), in
+// one savepoint: inside the migration's transaction, or alone. Every row is copied with its
+// stream_seq (a table without one numbers its rows oldest first), and the AUTOINCREMENT high-water
+// mark is kept (a subscription's cursor may be past purged rows). Columns, indexes and triggers an
+// application added are carried over, as SQLite's own guide to changing a table does.
+void rebuild_table(sql::Connection& conn, const std::string& table) {
+  const std::string copy = table + "__rebuild";
+  conn.execute("SAVEPOINT outbox_rebuild");
+  try {
+    std::string extra_columns, copied;
+    bool had_seq = false;
+    for (const auto& c : conn.query("SELECT name, type, \"notnull\", dflt_value FROM "
+                                    "pragma_table_info('" +
+                                    table + "')")) {
+      const std::string name = c.get_text(0);
+      const std::string quoted = "\"" + name + "\"";
+      copied += (copied.empty() ? "" : ", ") + quoted;
+      had_seq = had_seq || name == "stream_seq";
+      if (std::find(kColumnNames.begin(), kColumnNames.end(), name) == kColumnNames.end()) {
+        const auto dflt = c.get_optional_text(3);
+        extra_columns += ", " + quoted + " " + c.get_text(1) +
+                         (c.get_int(2) != 0 && dflt ? " NOT NULL" : "") +
+                         (dflt ? " DEFAULT " + *dflt : "");
+      }
+    }
+    std::vector<std::string> recreate;
+    for (const auto& r : conn.query("SELECT sql FROM sqlite_master WHERE tbl_name = '" + table +
+                                    "' AND type IN ('index', 'trigger') AND sql IS NOT NULL")) {
+      recreate.push_back(r.get_text(0));
+    }
+    std::optional<std::int64_t> high_water;
+    if (had_seq) {
+      const auto seq = conn.query("SELECT seq FROM sqlite_sequence WHERE name = '" + table + "'");
+      if (!seq.empty()) {
+        high_water = seq[0].get_int(0);
+      }
+    }
+    conn.execute("DROP TABLE IF EXISTS " + copy);
+    conn.execute("CREATE TABLE " + copy + " (" + columns() + extra_columns + ")");
+    conn.execute("INSERT INTO " + copy + " (" + copied + ") SELECT " + copied + " FROM " + table +
+                 (had_seq ? " ORDER BY stream_seq" : " ORDER BY created_at, event_id"));
+    conn.execute("DROP TABLE " + table);
+    conn.execute("ALTER TABLE " + copy + " RENAME TO " + table);
+    if (high_water) {
+      conn.execute("DELETE FROM sqlite_sequence WHERE name = '" + table + "'");
+      conn.execute("INSERT INTO sqlite_sequence (name, seq) SELECT '" + table + "', MAX(" +
+                   std::to_string(*high_water) + ", COALESCE(MAX(stream_seq), 0)) FROM " + table);
+    }
+    for (const auto& sql : recreate) {
+      conn.execute(sql);
+    }
+    create_indexes(conn, table);  // a table older than some of them
+    conn.execute("RELEASE outbox_rebuild");
+  } catch (...) {
+    try {
+      conn.execute("ROLLBACK TO outbox_rebuild");
+      conn.execute("RELEASE outbox_rebuild");
+    } catch (const std::exception&) {
+      // The original error is the one worth reporting.
+    }
+    throw;
+  }
+}
+
 }  // namespace
 
 void create_schema(sql::Connection& conn, const std::string& table) {
   validate_table_name(table);
-  conn.execute("CREATE TABLE IF NOT EXISTS " + table + " (" + kColumns + ")");
+  conn.execute("CREATE TABLE IF NOT EXISTS " + table + " (" + columns() + ")");
   create_indexes(conn, table);
   create_lease_schema(conn, table);
   create_stream_schema(conn, table);
   create_group_schema(conn, table);
+  create_writer_defaults(conn, table);
+}
+
+void create_writer_defaults(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  const auto status =
+      conn.query("SELECT dflt_value FROM pragma_table_info('" + table + "') WHERE name = 'status'");
+  if (!status.empty() && !status[0].get_optional_text(0)) {
+    rebuild_table(conn, table);  // SQLite cannot add a default to a column in place
+  }
 }
 
 void create_group_schema(sql::Connection& conn, const std::string& table) {
@@ -125,60 +206,8 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
 void create_stream_schema(sql::Connection& conn, const std::string& table) {
   validate_table_name(table);
   if (!has_column(conn, table, "stream_seq")) {
-    // The rowid cannot become AUTOINCREMENT in place: the table is copied, oldest row first, in
-    // one savepoint (inside the migration's transaction, or alone).
-    // Columns, indexes and triggers an application added to the table are carried over (as
-    // SQLite's own guide to changing a table does).
-    const std::string copy = table + "__v4";
-    conn.execute("SAVEPOINT outbox_stream_schema");
-    try {
-      std::string extra_columns, copied = kVersion1Columns;
-      for (const auto& c : conn.query("SELECT name, type, \"notnull\", dflt_value FROM "
-                                      "pragma_table_info('" +
-                                      table + "')")) {
-        const std::string name = c.get_text(0);
-        const std::string listed = std::string(", ") + kVersion1Columns + ", ";
-        if (listed.find(", " + name + ", ") != std::string::npos) {
-          continue;
-        }
-        if (name == "tags") {  // a column of version 4 already
-          copied += ", tags";
-          continue;
-        }
-        const std::string quoted = "\"" + name + "\"";
-        extra_columns += ", " + quoted + " " + c.get_text(1) +
-                         (c.get_int(2) != 0 && c.get_optional_text(3) ? " NOT NULL" : "") +
-                         (c.get_optional_text(3) ? " DEFAULT " + *c.get_optional_text(3) : "");
-        copied += ", " + quoted;
-      }
-      std::vector<std::string> recreate;
-      for (const auto& r :
-           conn.query("SELECT sql FROM sqlite_master WHERE tbl_name = '" + table +
-                      "' AND type IN ('index', 'trigger') AND sql IS NOT NULL "
-                      "AND name NOT IN ('" +
-                      table + "_pending', '" + table + "_terminal', '" + table + "_created')")) {
-        recreate.push_back(r.get_text(0));
-      }
-      conn.execute("DROP TABLE IF EXISTS " + copy);
-      conn.execute("CREATE TABLE " + copy + " (" + kColumns + extra_columns + ")");
-      conn.execute("INSERT INTO " + copy + " (" + copied + ") SELECT " + copied + " FROM " + table +
-                   " ORDER BY created_at, event_id");
-      conn.execute("DROP TABLE " + table);
-      conn.execute("ALTER TABLE " + copy + " RENAME TO " + table);
-      create_indexes(conn, table);
-      for (const auto& sql : recreate) {
-        conn.execute(sql);
-      }
-      conn.execute("RELEASE outbox_stream_schema");
-    } catch (...) {
-      try {
-        conn.execute("ROLLBACK TO outbox_stream_schema");
-        conn.execute("RELEASE outbox_stream_schema");
-      } catch (const std::exception&) {
-        // The original error is the one worth reporting.
-      }
-      throw;
-    }
+    // The rowid cannot become AUTOINCREMENT in place: the table is copied, oldest row first.
+    rebuild_table(conn, table);
   }
   // Instants in microseconds since the epoch, on the host's clock.
   conn.execute("CREATE TABLE IF NOT EXISTS " + sql::subscription_table_name(table) +

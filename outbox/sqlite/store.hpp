@@ -23,6 +23,12 @@ void create_group_schema(sql::Connection& conn, const std::string& table = "outb
 /// create_schema. Throws outbox::StoreError, std::invalid_argument on a bad table name.
 void create_stream_schema(sql::Connection& conn, const std::string& table = "outbox_event");
 
+/// Gives `table` the defaults an outside writer's minimal insert relies on (status PENDING,
+/// available_at and created_at now): schema version 6, also made by create_schema. An older
+/// table is copied once (rows, stream_seq and its high-water mark, added columns, indexes and
+/// triggers kept). Throws outbox::StoreError, std::invalid_argument on a bad table name.
+void create_writer_defaults(sql::Connection& conn, const std::string& table = "outbox_event");
+
 /// The SQLite dialect: INTEGER microseconds, one payload column (text or blob), `?` parameters,
 /// no server clock.
 const sql::Dialect& dialect();
