@@ -353,4 +353,17 @@ EventEnvelope EventEnvelope::Builder::build() {
   return EventEnvelope(std::move(data));
 }
 
+EventEnvelope EventEnvelope::with_headers(Headers headers) const {
+  for (const auto& [key, value] : headers) {
+    if (key.empty()) {
+      throw std::invalid_argument("EventEnvelope: header keys must not be empty");
+    }
+    check_text("header name", key, 0);
+    check_text(("header " + key.substr(0, 64)).c_str(), value, 0);
+  }
+  auto data = std::make_shared<Data>(*data_);
+  data->headers = std::make_shared<const Headers>(std::move(headers));
+  return EventEnvelope(std::move(data));
+}
+
 }  // namespace outbox

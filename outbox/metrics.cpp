@@ -20,7 +20,8 @@ InMemoryMetrics::Snapshot InMemoryMetrics::snapshot() const {
                   oldest_lag_ms_.load(),
                   lease_acquired_.load(),
                   lease_takeovers_.load(),
-                  lease_lost_.load()};
+                  lease_lost_.load(),
+                  trace_context_dropped_.load()};
 }
 
 }  // namespace outbox

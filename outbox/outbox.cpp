@@ -361,7 +361,8 @@ Outbox Outbox::build(Options o, Mode mode) {
     purge.clock = o.clock;
     outbox.purge_ = std::make_unique<OutboxPurgeScheduler>(std::move(purge));
   }
-  outbox.writer_ = std::make_unique<OutboxWriter>(o.tx_context, o.store, std::move(hook));
+  outbox.writer_ = std::make_unique<OutboxWriter>(o.tx_context, o.store, std::move(hook),
+                                                  o.trace_context, o.metrics);
   // Last: nothing below can throw, so a factory that fails never releases claims (another
   // Outbox of the same owner may hold them).
   if (o.claim_locking) {

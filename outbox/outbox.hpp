@@ -70,7 +70,10 @@ class Outbox {
     std::shared_ptr<ListenerRegistry> listeners;  ///< required except writer_only
     std::shared_ptr<MetricsExporter> metrics;     ///< default: noop
     std::shared_ptr<Clock> clock;                 ///< default: Clock::system()
-    std::optional<ClaimLocking> claim_locking;    ///< required by multi_node, refused by ordered
+    /// Stamps every written event with the caller's trace context (outbox/trace_context.hpp),
+    /// e.g. thread_trace_context(); default: none (an event's own traceparent is still checked).
+    TraceContextProvider trace_context;
+    std::optional<ClaimLocking> claim_locking;  ///< required by multi_node, refused by ordered
     /// Primary + standby (single_node, ordered): act only while holding this lease (see Lease).
     std::optional<Lease> lease;
     /// multi_node only: deliver message groups (see Groups).

@@ -4,6 +4,7 @@
 
 #include "outbox/errors.hpp"
 #include "outbox/log.hpp"
+#include "outbox/metrics.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/store.hpp"
 #include "outbox/tx_context.hpp"
@@ -52,8 +53,14 @@ std::pair<std::vector<EventEnvelope>, std::vector<EventEnvelope>> split_by_row(
 }  // namespace
 
 OutboxWriter::OutboxWriter(std::shared_ptr<TxContext> tx_context,
-                           std::shared_ptr<OutboxStore> store, std::shared_ptr<WriterHook> hook)
-    : tx_context_(std::move(tx_context)), store_(std::move(store)), hook_(std::move(hook)) {
+                           std::shared_ptr<OutboxStore> store, std::shared_ptr<WriterHook> hook,
+                           TraceContextProvider trace_context,
+                           std::shared_ptr<MetricsExporter> metrics)
+    : tx_context_(std::move(tx_context)),
+      store_(std::move(store)),
+      hook_(std::move(hook)),
+      trace_context_(std::move(trace_context)),
+      metrics_(metrics ? std::move(metrics) : MetricsExporter::noop()) {
   if (!tx_context_) {
     throw std::invalid_argument("OutboxWriter: tx_context is required");
   }
@@ -77,6 +84,16 @@ std::optional<std::string> OutboxWriter::write(EventType type, std::string paylo
 std::vector<std::string> OutboxWriter::write_all(std::vector<EventEnvelope> events) {
   if (!tx_context_->is_transaction_active()) {
     throw std::logic_error("OutboxWriter: write requires an active transaction");
+  }
+  for (auto& e : events) {
+    TraceStamp stamp;
+    e = stamp_trace_context(e, trace_context_, stamp);
+    if (stamp == TraceStamp::Dropped) {
+      metrics_->increment_trace_context_dropped();
+      log(LogLevel::Warning, "OutboxWriter: event " + e.event_id() +
+                                 ": an invalid traceparent/tracestate was removed (the event "
+                                 "is written without it)");
+    }
   }
   if (hook_) {
     events = hook_->before_write(std::move(events));

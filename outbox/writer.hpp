@@ -8,11 +8,13 @@
 #include <vector>
 
 #include "outbox/envelope.hpp"
+#include "outbox/trace_context.hpp"
 
 namespace outbox {
 
 class TxContext;
 class OutboxStore;
+class MetricsExporter;
 
 /// Lifecycle hook around writes. Implementations must be thread-safe.
 class WriterHook {
@@ -41,8 +43,11 @@ class WriterHook {
 class OutboxWriter {
  public:
   /// Throws std::invalid_argument if `tx_context` or `store` is null. No hook = no hot path.
+  /// `trace_context` stamps each event with the caller's trace (stamp_trace_context); an invalid
+  /// traceparent/tracestate is removed, logged and counted in `metrics`, never an error.
   OutboxWriter(std::shared_ptr<TxContext> tx_context, std::shared_ptr<OutboxStore> store,
-               std::shared_ptr<WriterHook> hook = {});
+               std::shared_ptr<WriterHook> hook = {}, TraceContextProvider trace_context = {},
+               std::shared_ptr<MetricsExporter> metrics = {});
 
   /// Inserts one event; returns its id, or nullopt when the hook suppressed it. Throws
   /// std::logic_error with no active transaction. A failed insert wrote nothing and left no
@@ -68,6 +73,8 @@ class OutboxWriter {
   std::shared_ptr<TxContext> tx_context_;
   std::shared_ptr<OutboxStore> store_;
   std::shared_ptr<WriterHook> hook_;
+  TraceContextProvider trace_context_;
+  std::shared_ptr<MetricsExporter> metrics_;
 };
 
 }  // namespace outbox

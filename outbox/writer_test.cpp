@@ -57,6 +57,42 @@ TEST_F(WriterTest, RequiresATransactionAndHonoursHooks) {
   EXPECT_EQ(count(EventStatus::New), 2);
 }
 
+// The caller's trace context travels in the row's headers; an invalid one is removed and counted,
+// and the business transaction commits all the same.
+TEST_F(WriterTest, StampsTheCallersTraceContextAndDropsInvalidOnes) {
+  listeners->register_listener(EventType::of("E"), [](const auto&) {});
+  auto metrics = std::make_shared<InMemoryMetrics>();
+  auto o = options();
+  o.metrics = metrics;
+  o.trace_context = thread_trace_context();
+  auto ob = Outbox::single_node(o);
+  const std::string parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  std::string traced, untraced, bad;
+  {
+    auto t = tx->begin();
+    {
+      ScopedTraceContext scope({parent, "rojo=00f067aa0ba902b7"});
+      traced = *ob.writer().write(EventType::of("E"), "{}");
+    }
+    untraced = *ob.writer().write(EventType::of("E"), "{}");
+    bad = *ob.writer().write(EventEnvelope::builder(EventType::of("E"))
+                                 .header("traceparent", "00-not-a-trace")
+                                 .header("tracestate", "rojo=1")
+                                 .header("k", "v")
+                                 .payload_json("{}")
+                                 .build());
+    t.commit();
+  }
+  auto conn = pool->acquire();
+  const auto row = [&](const std::string& id) { return *store->find(*conn, id); };
+  EXPECT_NE(row(traced).headers_json->find(parent), std::string::npos);
+  EXPECT_NE(row(traced).headers_json->find("rojo=00f067aa0ba902b7"), std::string::npos);
+  EXPECT_FALSE(row(untraced).headers_json &&
+               row(untraced).headers_json->find("traceparent") != std::string::npos);
+  EXPECT_EQ(*row(bad).headers_json, "{\"k\":\"v\"}");
+  EXPECT_EQ(metrics->snapshot().trace_context_dropped, 1);
+}
+
 TEST_F(WriterTest, WriteAllUsesOneTransactionAndOneHotEnqueuePerEvent) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("E"), [&](const auto&) { ++calls; });

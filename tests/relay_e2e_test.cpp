@@ -14,6 +14,10 @@
 
 #include "outbox/detect/detect.hpp"
 #include "outbox/kafka/publisher.hpp"
+#include "outbox/metrics.hpp"
+#include "outbox/outbox.hpp"
+#include "outbox/trace_context.hpp"
+#include "outbox/transaction.hpp"
 #include "tests/support/http_server.hpp"
 #include "tests/support/kafka_mock.hpp"
 #include "tests/support/process.hpp"
@@ -32,12 +36,18 @@ using testing::RelayProcess;
 using testing::run_cli;
 using testing::wait_until;
 
+// A valid W3C traceparent whose trace id ends with `seq`.
+std::string traceparent(int seq) {
+  const std::string n = std::to_string(seq);
+  return "00-4bf92f3577b34da6a3ce9" + std::string(11 - n.size(), '0') + n + "-00f067aa0ba902b7-01";
+}
+
 EventEnvelope event(const std::string& type, const std::string& aggregate_type,
                     const std::string& aggregate_id, int seq) {
   return EventEnvelope::builder(EventType::of(type))
       .aggregate_type(AggregateType::of(aggregate_type))
       .aggregate_id(aggregate_id)
-      .header("traceparent", "00-trace-" + std::to_string(seq))
+      .header("traceparent", traceparent(seq))
       .payload_json("{\"seq\":" + std::to_string(seq) + "}")
       .build();
 }
@@ -135,7 +145,7 @@ target = ")" + http.url("/hooks/{aggregate_id}") +
     kafka_ids.insert(id);
     EXPECT_EQ(m.topic, m.headers.at(kafka::kHeaderEventType) + "-out-0");
     EXPECT_EQ(m.key, m.headers.at(kafka::kHeaderAggregateId));
-    EXPECT_EQ(m.headers.at("traceparent").rfind("00-trace-", 0), 0u);
+    EXPECT_EQ(m.headers.at("traceparent").rfind("00-4bf92f3577b34da6a3ce9", 0), 0u);
   }
   for (const auto& e : orders) {
     EXPECT_TRUE(kafka_ids.contains(e.event_id()));
@@ -146,6 +156,7 @@ target = ")" + http.url("/hooks/{aggregate_id}") +
   for (const auto& r : http.received()) {
     http_ids.insert(r.header("X-Outbox-Event-Id"));
     EXPECT_EQ(r.path, "/hooks/" + r.header("X-Outbox-Aggregate-Id"));
+    EXPECT_EQ(r.header("traceparent").rfind("00-4bf92f3577b34da6a3ce9", 0), 0u);
   }
   for (const auto& e : payments) {
     EXPECT_TRUE(http_ids.contains(e.event_id()));
@@ -158,6 +169,79 @@ target = ")" + http.url("/hooks/{aggregate_id}") +
   EXPECT_EQ(user->status, EventStatus::Dead);
   EXPECT_NE(user->last_error->find("no listener"), std::string::npos);
 
+  EXPECT_EQ(relay.terminate(), 0);
+}
+
+// W3C trace context end to end: the writer stamps each event with the writing thread's trace
+// (an invalid one is dropped at write time), the relay forwards it as the `traceparent` and
+// `tracestate` headers of the Kafka message and of the webhook's request.
+TEST_P(RelayE2E, TheWritersTraceContextReachesKafkaAndWebhooks) {
+  testing::KafkaMockCluster kafka;
+  kafka.create_topic("orders", 1);
+  testing::HttpTestServer http;
+  auto tx_context = std::make_shared<ThreadLocalTxContext>();
+  auto metrics = std::make_shared<InMemoryMetrics>();
+  auto writer = Outbox::writer_only({.tx_context = tx_context,
+                                     .store = store_,
+                                     .metrics = metrics,
+                                     .trace_context = thread_trace_context()});
+  TransactionManager tx(pool_, tx_context);
+  std::map<std::string, std::string> parent_of;  // event id → the traceparent it must arrive with
+  {
+    auto t = tx.begin();
+    for (int i = 0; i < 4; ++i) {
+      ScopedTraceContext span({traceparent(i), "vendor=span" + std::to_string(i)});
+      const bool order = i % 2 == 0;
+      parent_of[*writer.writer().write(
+          EventEnvelope::builder(EventType::of(order ? "OrderPlaced" : "PaymentCaptured"))
+              .aggregate_type(AggregateType::of(order ? "Order" : "Payment"))
+              .aggregate_id("a-" + std::to_string(i))
+              .payload_json("{}")
+              .build())] = traceparent(i);
+    }
+    // A value the tracing library got wrong: written without it, the transaction commits.
+    parent_of[*writer.writer().write(EventEnvelope::builder(EventType::of("PaymentCaptured"))
+                                         .aggregate_type(AggregateType::of("Payment"))
+                                         .aggregate_id("bad")
+                                         .header("traceparent", "00-not-a-trace")
+                                         .payload_json("{}")
+                                         .build())] = "";
+    t.commit();
+  }
+  EXPECT_EQ(metrics->snapshot().trace_context_dropped, 1);
+  RelayProcess relay(dir_, database_toml() + R"(
+[poller]
+interval = "50ms"
+[admin]
+enabled = false
+[publishers.kafka]
+type = "kafka"
+brokers = ")" + kafka.bootstraps() +
+                               R"("
+[publishers.hooks]
+type = "http"
+[[routes]]
+event_type = "Order*"
+publisher = "kafka"
+target = "orders"
+[[routes]]
+publisher = "hooks"
+target = ")" + http.url("/hooks") +
+                               "\"\n");
+  ASSERT_TRUE(wait_until([&] { return counts()[1] == 5; })) << relay.log();
+  const auto messages = testing::consume(kafka.bootstraps(), {"orders"}, 2);
+  ASSERT_EQ(messages.size(), 2U);
+  for (const auto& m : messages) {
+    const auto& id = m.headers.at(kafka::kHeaderEventId);
+    EXPECT_EQ(m.headers.at("traceparent"), parent_of.at(id));
+    EXPECT_EQ(m.headers.at("tracestate").rfind("vendor=span", 0), 0u);
+  }
+  ASSERT_EQ(http.received().size(), 3U);
+  for (const auto& r : http.received()) {
+    const auto id = r.header("X-Outbox-Event-Id");
+    EXPECT_EQ(r.header("traceparent"), parent_of.at(id)) << id;
+    EXPECT_EQ(r.headers.count("tracestate") > 0, !parent_of.at(id).empty()) << id;
+  }
   EXPECT_EQ(relay.terminate(), 0);
 }
 

@@ -43,6 +43,9 @@ struct PrometheusMetrics::Impl {
   pm::Counter& dead = counter(*registry, "outbox_dispatch_dead_total", "Events marked DEAD");
   pm::Counter& status_update_failure = counter(*registry, "outbox_status_update_failure_total",
                                                "DONE/RETRY/DEAD updates that could not be written");
+  pm::Counter& trace_context_dropped =
+      counter(*registry, "outbox_trace_context_dropped_total",
+              "Invalid traceparent/tracestate values the writer removed from events");
   pm::Family<pm::Gauge>& depth = pm::BuildGauge()
                                      .Name("outbox_queue_depth")
                                      .Help("Events waiting in the dispatcher's queues")
@@ -192,6 +195,10 @@ void PrometheusMetrics::increment_dispatch_failure() {
 void PrometheusMetrics::increment_dispatch_dead() {
   impl_->dead.Increment();
 }
+void PrometheusMetrics::increment_trace_context_dropped() {
+  impl_->trace_context_dropped.Increment();
+}
+
 void PrometheusMetrics::increment_status_update_failure() {
   impl_->status_update_failure.Increment();
 }

@@ -13,7 +13,8 @@
 namespace outbox::prometheus {
 
 /// Metric names: outbox_{hot_enqueued,hot_dropped,cold_enqueued,dispatch_success,
-/// dispatch_failure,dispatch_dead,status_update_failure}_total, outbox_queue_depth{queue},
+/// dispatch_failure,dispatch_dead,status_update_failure,trace_context_dropped}_total,
+/// outbox_queue_depth{queue},
 /// outbox_oldest_pending_age_seconds, outbox_publish_total{publisher,result},
 /// outbox_publish_duration_seconds{publisher} (histogram). Thread-safe.
 class PrometheusMetrics final : public MetricsExporter {
@@ -30,6 +31,7 @@ class PrometheusMetrics final : public MetricsExporter {
   void increment_dispatch_failure() override;
   void increment_dispatch_dead() override;
   void increment_status_update_failure() override;
+  void increment_trace_context_dropped() override;
   void record_queue_depths(int hot, int cold) override;
   void record_oldest_lag_ms(std::int64_t lag_ms) override;
   /// outbox_lease_held{name} (1/0) and outbox_lease_epoch{name}.

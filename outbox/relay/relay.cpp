@@ -126,6 +126,7 @@ struct Relay::Impl {
       std::make_shared<prometheus::PrometheusMetrics>();
   std::shared_ptr<internal::TableGauges> gauges = std::make_shared<internal::TableGauges>(metrics);
   std::map<std::string, std::shared_ptr<Publisher>> publishers;
+  std::shared_ptr<PublishSpanHook> spans;
   std::string owner;                                   // claims (active) or the lease (standby)
   std::shared_ptr<LeaseStore> lease_store;             // database.table's lease table
   std::shared_ptr<LeaseManager> leases;                // standby mode
@@ -191,8 +192,8 @@ struct Relay::Impl {
         .connection_provider = pool,
         .tx_context = std::make_shared<ThreadLocalTxContext>(),  // the relay never writes
         .store = d.store,
-        .listeners =
-            internal::make_routing_registry(d.routes, config.publishers, publishers, metrics),
+        .listeners = internal::make_routing_registry(d.routes, config.publishers, publishers,
+                                                     metrics, spans),
         .metrics = d.metrics,
         .dispatcher = {.retry_policy = std::make_shared<ExponentialBackoffRetryPolicy>(
                            config.dispatcher.backoff_base, config.dispatcher.backoff_max),
@@ -462,8 +463,10 @@ struct Relay::Impl {
   }
 };
 
-Relay::Relay(RelayConfig config) : impl_(std::make_unique<Impl>()) {
+Relay::Relay(RelayConfig config, std::shared_ptr<PublishSpanHook> spans)
+    : impl_(std::make_unique<Impl>()) {
   impl_->config = std::move(config);
+  impl_->spans = std::move(spans);
   auto& c = impl_->config;
   for (auto& route : c.routes) {
     if (route.table.empty()) {  // a RelayConfig built in code, not read by parse_config

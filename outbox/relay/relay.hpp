@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "outbox/relay/config.hpp"
+#include "outbox/trace_context.hpp"
 
 namespace outbox::prometheus {
 class PrometheusMetrics;
@@ -24,7 +25,8 @@ class Relay {
   /// Opens the database, checks the outbox table, creates the publishers and binds the admin
   /// port. Throws ConfigError / std::invalid_argument for unusable settings, outbox::StoreError
   /// when the database or table is unreachable, std::runtime_error when the port cannot be bound.
-  explicit Relay(RelayConfig config);
+  /// `spans`: a span per publish of a route's event, its context forwarded (PublishSpanHook).
+  explicit Relay(RelayConfig config, std::shared_ptr<PublishSpanHook> spans = {});
   /// Calls stop().
   ~Relay();
   Relay(Relay&&) noexcept;

@@ -39,11 +39,12 @@ class RoutingRegistry final : public ListenerRegistry {
   RoutingRegistry(const std::vector<RouteConfig>& routes,
                   const std::vector<PublisherConfig>& configs,
                   const std::map<std::string, std::shared_ptr<Publisher>>& publishers,
-                  std::shared_ptr<prometheus::PrometheusMetrics> metrics)
+                  std::shared_ptr<prometheus::PrometheusMetrics> metrics,
+                  std::shared_ptr<PublishSpanHook> spans)
       : router_(routes) {
     for (const auto& route : routes) {
       auto publish = [publisher = publishers.at(route.publisher), metrics, name = route.publisher,
-                      target = route.target](std::span<const EventEnvelope* const> events) {
+                      target = route.target, spans](std::span<const EventEnvelope* const> events) {
         std::vector<PublishRequest> requests;
         requests.reserve(events.size());
         // An event whose target cannot be built is refused alone; the others still go, but for
@@ -52,13 +53,23 @@ class RoutingRegistry final : public ListenerRegistry {
         std::vector<std::size_t> sent;
         sent.reserve(events.size());
         GroupStops stops;
+        std::vector<EventEnvelope> traced;  // events forwarded with their span's context
+        traced.reserve(spans ? events.size() : 0);
         for (std::size_t i = 0; i < events.size(); ++i) {
           if (stops.stopped(*events[i])) {
             results[i] = to_delivery(GroupStops::not_sent(*events[i], "relay"));
             continue;
           }
           try {
-            requests.push_back({events[i], expand_target(target, *events[i])});
+            auto expanded = expand_target(target, *events[i]);
+            const EventEnvelope* forwarded = events[i];
+            if (spans) {
+              if (auto child = start_publish_span(*spans, *events[i])) {
+                traced.push_back(std::move(*child));
+                forwarded = &traced.back();
+              }
+            }
+            requests.push_back({forwarded, std::move(expanded)});
             sent.push_back(i);
           } catch (const std::invalid_argument& e) {
             results[i] = DeliveryResult::permanent(std::string("target: ") + e.what());
@@ -77,6 +88,13 @@ class RoutingRegistry final : public ListenerRegistry {
                                   : PublishResult::retriable("publisher returned no result");
           metrics->record_publish(name, result.kind, elapsed);
           results[sent[k]] = to_delivery(result);
+          if (spans) {
+            try {
+              spans->end(*events[sent[k]], result.kind == PublishResult::Kind::Ok, result.reason);
+            } catch (...) {
+              // A failing tracer never fails a publish.
+            }
+          }
         }
         return results;
       };
@@ -119,8 +137,10 @@ class RoutingRegistry final : public ListenerRegistry {
 std::shared_ptr<ListenerRegistry> make_routing_registry(
     const std::vector<RouteConfig>& routes, const std::vector<PublisherConfig>& configs,
     const std::map<std::string, std::shared_ptr<Publisher>>& publishers,
-    std::shared_ptr<prometheus::PrometheusMetrics> metrics) {
-  return std::make_shared<RoutingRegistry>(routes, configs, publishers, std::move(metrics));
+    std::shared_ptr<prometheus::PrometheusMetrics> metrics,
+    std::shared_ptr<PublishSpanHook> spans) {
+  return std::make_shared<RoutingRegistry>(routes, configs, publishers, std::move(metrics),
+                                           std::move(spans));
 }
 
 }  // namespace outbox::relay::internal
