@@ -82,6 +82,9 @@ std::string truncate_error(std::string_view error) {
 }
 
 EventEnvelope to_envelope(const OutboxEvent& row, const JsonCodec& codec) {
+  if (row.unreadable) {
+    throw std::invalid_argument("column " + *row.unreadable);
+  }
   auto builder = EventEnvelope::builder(EventType::of(row.event_type));
   builder.stored_ = true;
   builder.event_id(row.event_id)

@@ -44,6 +44,9 @@ struct OutboxEvent {
   std::optional<std::string> last_error;
   std::optional<std::string> locked_by;
   std::optional<Timestamp> locked_at;
+  /// Set when a column could not be read (another client wrote a type no reading fits): which
+  /// one and why. to_envelope throws it, so the row is settled like any undecodable row.
+  std::optional<std::string> unreadable;
 };
 
 /// A row's place in the pending order (created_at, then event_id): where a keyset page resumes.

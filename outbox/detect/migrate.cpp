@@ -49,11 +49,16 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
       "CREATE TABLE IF NOT EXISTS outbox_schema_version (table_name VARCHAR(63) PRIMARY KEY, "
       "version INTEGER NOT NULL)",
       none);
-  // Table names are validated identifiers, so they can be inlined as literals.
-  const auto rows = conn.query(
-      "SELECT version FROM outbox_schema_version WHERE table_name = '" + table + "'", none);
+  // Table names are validated identifiers, so they can be inlined as literals. SQLite and
+  // PostgreSQL (unquoted) names ignore case: OUTBOX_EVENT is outbox_event's row; MariaDB's
+  // (on Linux) do not.
+  const std::string row_of_table = dialect.name() == "mysql"
+                                       ? "table_name = '" + table + "'"
+                                       : "LOWER(table_name) = LOWER('" + table + "')";
+  const auto rows =
+      conn.query("SELECT MAX(version) FROM outbox_schema_version WHERE " + row_of_table, none);
   MigrationResult result;
-  result.from = rows.empty() ? 0 : static_cast<int>(rows[0].get_int(0));
+  result.from = rows.empty() || rows[0].is_null(0) ? 0 : static_cast<int>(rows[0].get_int(0));
   if (result.from > kSchemaVersion) {
     throw std::invalid_argument("table " + table + " is at schema version " +
                                 std::to_string(result.from) + ", newer than this build (" +
@@ -100,7 +105,7 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
         none);
   } else if (result.from < kSchemaVersion) {
     conn.execute("UPDATE outbox_schema_version SET version = " + std::to_string(kSchemaVersion) +
-                     " WHERE table_name = '" + table + "'",
+                     " WHERE " + row_of_table,
                  none);
   }
   result.to = kSchemaVersion;

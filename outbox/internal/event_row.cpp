@@ -21,36 +21,58 @@ std::string event_columns(const sql::Dialect& d, bool with_payloads) {
 
 OutboxEvent event_from_row(const sql::Row& r) {
   OutboxEvent e;
-  e.event_id = r.get_text(0);
-  e.event_type = r.get_text(1);
-  e.aggregate_type = r.get_optional_text(2).value_or(std::string(AggregateType::kGlobalName));
-  e.aggregate_id = r.get_optional_text(3);
-  e.tenant_id = r.get_optional_text(4);
-  if (r.is_null(5) && !r.is_null(16)) {
-    e.payload_is_json = false;
-    e.payload = r.get_text(16);
-  } else {
-    e.payload_is_json = !r.is_blob(5);
-    e.payload = r.get_text(5);
-  }
-  e.headers_json = r.get_optional_text(6);
-  e.status = static_cast<EventStatus>(r.get_int(7));
-  e.attempts = static_cast<int>(r.get_int(8));
-  e.available_at = from_micros(r.get_int(9));
-  e.created_at = from_micros(r.get_int(10));
-  if (auto v = r.get_optional_int(11)) {
-    e.done_at = from_micros(*v);
-  }
-  e.last_error = r.get_optional_text(12);
-  e.locked_by = r.get_optional_text(13);
-  if (auto v = r.get_optional_int(14)) {
-    e.locked_at = from_micros(*v);
-  }
-  e.tags_json = r.get_optional_text(15);
-  e.message_group = r.get_optional_text(17);
-  if (auto v = r.get_optional_int(18)) {
-    e.partition_no = static_cast<int>(*v);
-  }
+  // Field by field: a column another client wrote with a type no reading fits (a REAL where text
+  // belongs, text where an instant belongs) marks this row unreadable, with the first such
+  // column named, instead of failing the whole read and stalling every row behind it.
+  const auto read = [&](const char* column, auto&& assign) {
+    try {
+      assign();
+    } catch (const std::exception& ex) {
+      if (!e.unreadable) {
+        e.unreadable = std::string(column) + ": " + ex.what();
+      }
+    }
+  };
+  read("event_id", [&] { e.event_id = r.get_text(0); });
+  read("event_type", [&] { e.event_type = r.get_text(1); });
+  read("aggregate_type", [&] {
+    e.aggregate_type = r.get_optional_text(2).value_or(std::string(AggregateType::kGlobalName));
+  });
+  read("aggregate_id", [&] { e.aggregate_id = r.get_optional_text(3); });
+  read("tenant_id", [&] { e.tenant_id = r.get_optional_text(4); });
+  read("payload", [&] {
+    if (r.is_null(5) && !r.is_null(16)) {
+      e.payload_is_json = false;
+      e.payload = r.get_text(16);
+    } else {
+      e.payload_is_json = !r.is_blob(5);
+      e.payload = r.get_text(5);
+    }
+  });
+  read("headers", [&] { e.headers_json = r.get_optional_text(6); });
+  read("status", [&] { e.status = static_cast<EventStatus>(r.get_int(7)); });
+  read("attempts", [&] { e.attempts = static_cast<int>(r.get_int(8)); });
+  read("available_at", [&] { e.available_at = from_micros(r.get_int(9)); });
+  read("created_at", [&] { e.created_at = from_micros(r.get_int(10)); });
+  read("done_at", [&] {
+    if (auto v = r.get_optional_int(11)) {
+      e.done_at = from_micros(*v);
+    }
+  });
+  read("last_error", [&] { e.last_error = r.get_optional_text(12); });
+  read("locked_by", [&] { e.locked_by = r.get_optional_text(13); });
+  read("locked_at", [&] {
+    if (auto v = r.get_optional_int(14)) {
+      e.locked_at = from_micros(*v);
+    }
+  });
+  read("tags", [&] { e.tags_json = r.get_optional_text(15); });
+  read("message_group", [&] { e.message_group = r.get_optional_text(17); });
+  read("partition_no", [&] {
+    if (auto v = r.get_optional_int(18)) {
+      e.partition_no = static_cast<int>(*v);
+    }
+  });
   return e;
 }
 

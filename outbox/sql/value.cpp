@@ -1,5 +1,8 @@
 #include "outbox/sql/value.hpp"
 
+#include <charconv>
+#include <cmath>
+
 #include "outbox/errors.hpp"
 
 namespace outbox::sql {
@@ -26,6 +29,10 @@ std::int64_t Row::get_int(std::size_t i) const {
     return *n;
   }
   if (const auto* d = std::get_if<double>(&v)) {
+    // Out of range (or NaN) has no integer: casting it would be undefined.
+    if (!(*d >= -9.2e18 && *d <= 9.2e18)) {
+      throw StoreError("column " + std::to_string(i) + " is a real number out of integer range");
+    }
     return static_cast<std::int64_t>(*d);
   }
   if (const auto* s = std::get_if<std::string>(&v)) {
@@ -48,6 +55,14 @@ std::string Row::get_text(std::size_t i) const {
   }
   if (const auto* n = std::get_if<std::int64_t>(&v)) {
     return std::to_string(*n);
+  }
+  if (const auto* d = std::get_if<double>(&v)) {
+    // A number another client bound as a float (9.99 is valid JSON text too).
+    char text[32];
+    const auto [end, ec] = std::to_chars(text, text + sizeof text, *d);
+    if (ec == std::errc() && std::isfinite(*d)) {
+      return std::string(text, end);
+    }
   }
   throw StoreError("column " + std::to_string(i) + " is not text");
 }

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <regex>
 #include <string_view>
 
+#include "outbox/errors.hpp"
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/group_store.hpp"
@@ -88,6 +90,14 @@ bool has_column(sql::Connection& conn, const std::string& table, const std::stri
               .empty();
 }
 
+std::string quote_identifier(const std::string& name) {
+  std::string out = "\"";
+  for (char c : name) {
+    out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  }
+  return out + "\"";
+}
+
 // Re-creates `table` with columns() (SQLite cannot change a column's key or default in place), in
 // one savepoint: inside the migration's transaction, or alone. Every row is copied with its
 // stream_seq (a table without one numbers its rows oldest first), and the AUTOINCREMENT high-water
@@ -103,24 +113,27 @@ void rebuild_table(sql::Connection& conn, const std::string& table) {
                                     "pragma_table_info('" +
                                     table + "')")) {
       const std::string name = c.get_text(0);
-      const std::string quoted = "\"" + name + "\"";
+      const std::string quoted = quote_identifier(name);
       copied += (copied.empty() ? "" : ", ") + quoted;
       had_seq = had_seq || name == "stream_seq";
       if (std::find(kColumnNames.begin(), kColumnNames.end(), name) == kColumnNames.end()) {
         const auto dflt = c.get_optional_text(3);
+        // The default as SQLite reports it, without the parentheses an expression needs.
         extra_columns += ", " + quoted + " " + c.get_text(1) +
                          (c.get_int(2) != 0 && dflt ? " NOT NULL" : "") +
-                         (dflt ? " DEFAULT " + *dflt : "");
+                         (dflt ? " DEFAULT (" + *dflt + ")" : "");
       }
     }
     std::vector<std::string> recreate;
-    for (const auto& r : conn.query("SELECT sql FROM sqlite_master WHERE tbl_name = '" + table +
-                                    "' AND type IN ('index', 'trigger') AND sql IS NOT NULL")) {
+    for (const auto& r :
+         conn.query("SELECT sql FROM sqlite_master WHERE tbl_name = '" + table +
+                    "' COLLATE NOCASE AND type IN ('index', 'trigger') AND sql IS NOT NULL")) {
       recreate.push_back(r.get_text(0));
     }
     std::optional<std::int64_t> high_water;
     if (had_seq) {
-      const auto seq = conn.query("SELECT seq FROM sqlite_sequence WHERE name = '" + table + "'");
+      const auto seq =
+          conn.query("SELECT seq FROM sqlite_sequence WHERE name = '" + table + "' COLLATE NOCASE");
       if (!seq.empty()) {
         high_water = seq[0].get_int(0);
       }
@@ -130,9 +143,19 @@ void rebuild_table(sql::Connection& conn, const std::string& table) {
     conn.execute("INSERT INTO " + copy + " (" + copied + ") SELECT " + copied + " FROM " + table +
                  (had_seq ? " ORDER BY stream_seq" : " ORDER BY created_at, event_id"));
     conn.execute("DROP TABLE " + table);
-    conn.execute("ALTER TABLE " + copy + " RENAME TO " + table);
+    // Views and other tables' triggers that name the table are left as they are (they name it
+    // again once the copy has its name): the current RENAME would re-check them against a
+    // schema that has no such table for a moment, and fail.
+    conn.execute("PRAGMA legacy_alter_table = ON");
+    try {
+      conn.execute("ALTER TABLE " + copy + " RENAME TO " + table);
+    } catch (...) {
+      conn.execute("PRAGMA legacy_alter_table = OFF");
+      throw;
+    }
+    conn.execute("PRAGMA legacy_alter_table = OFF");
     if (high_water) {
-      conn.execute("DELETE FROM sqlite_sequence WHERE name = '" + table + "'");
+      conn.execute("DELETE FROM sqlite_sequence WHERE name = '" + table + "' COLLATE NOCASE");
       conn.execute("INSERT INTO sqlite_sequence (name, seq) SELECT '" + table + "', MAX(" +
                    std::to_string(*high_water) + ", COALESCE(MAX(stream_seq), 0)) FROM " + table);
     }
@@ -166,11 +189,58 @@ void create_schema(sql::Connection& conn, const std::string& table) {
 
 void create_writer_defaults(sql::Connection& conn, const std::string& table) {
   validate_table_name(table);
-  const auto status =
-      conn.query("SELECT dflt_value FROM pragma_table_info('" + table + "') WHERE name = 'status'");
-  if (!status.empty() && !status[0].get_optional_text(0)) {
-    rebuild_table(conn, table);  // SQLite cannot add a default to a column in place
+  const auto rows =
+      conn.query("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name = '" + table +
+                 "' COLLATE NOCASE");
+  if (rows.empty()) {
+    throw StoreError("sqlite: no table " + table);
   }
+  const std::string name = rows[0].get_text(0);
+  const std::string before = rows[0].get_text(1);
+  std::string after = before;
+  const std::string now = "(" + dialect().lease_now() + ")";
+  for (const auto& [column, value] : {std::pair<std::string, std::string>{"status", "0"},
+                                      {"available_at", now},
+                                      {"created_at", now}}) {
+    // The definition every schema version wrote, not followed by a default yet.
+    const std::regex plain("(^|[\\s,(])(" + column + "\\s+INTEGER\\s+NOT\\s+NULL)(\\s*[,)])",
+                           std::regex::icase);
+    std::smatch m;
+    if (std::regex_search(after, m, plain)) {
+      after = m.prefix().str() + m[1].str() + m[2].str() + " DEFAULT " + value + m[3].str() +
+              m.suffix().str();
+    } else if (conn.query("SELECT 1 FROM pragma_table_info('" + name + "') WHERE name = '" +
+                          column + "' AND dflt_value IS NOT NULL")
+                   .empty()) {
+      throw StoreError("sqlite: cannot give column " + column + " of " + name +
+                       " a default: its definition is not the one outbox migrate writes (\"" +
+                       column + " INTEGER NOT NULL\"); add DEFAULT " + value +
+                       " to it, then migrate again");
+    }
+  }
+  if (after == before) {
+    return;
+  }
+  // Changing a column's default changes nothing stored: SQLite's documented way is to edit the
+  // table's definition in place (lang_altertable.html, "making other kinds of table schema
+  // changes"), in the migration's transaction. No copy: views, triggers, constraints and the
+  // AUTOINCREMENT high-water mark stay as they are, at any table size.
+  std::string quoted;
+  for (char c : after) {
+    quoted += c == '\'' ? std::string("''") : std::string(1, c);
+  }
+  const auto version = conn.query("PRAGMA schema_version")[0].get_int(0);
+  conn.execute("PRAGMA writable_schema = ON");
+  try {
+    conn.execute("UPDATE sqlite_master SET sql = '" + quoted +
+                 "' WHERE type = 'table' AND name = '" + name + "'");
+    conn.execute("PRAGMA schema_version = " + std::to_string(version + 1));
+  } catch (...) {
+    conn.execute("PRAGMA writable_schema = OFF");
+    throw;
+  }
+  conn.execute("PRAGMA writable_schema = OFF");
+  conn.query("SELECT * FROM " + name + " LIMIT 0");  // the new definition parses
 }
 
 void create_group_schema(sql::Connection& conn, const std::string& table) {

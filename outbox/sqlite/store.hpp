@@ -25,8 +25,8 @@ void create_stream_schema(sql::Connection& conn, const std::string& table = "out
 
 /// Gives `table` the defaults an outside writer's minimal insert relies on (status PENDING,
 /// available_at and created_at now): schema version 6, also made by create_schema. An older
-/// table is copied once (rows, stream_seq and its high-water mark, added columns, indexes and
-/// triggers kept). Throws outbox::StoreError, std::invalid_argument on a bad table name.
+/// table's definition is edited in place (no copy). Throws outbox::StoreError (also when a
+/// column's definition is not the one create_schema wrote), std::invalid_argument on a bad name.
 void create_writer_defaults(sql::Connection& conn, const std::string& table = "outbox_event");
 
 /// The SQLite dialect: INTEGER microseconds, one payload column (text or blob), `?` parameters,
