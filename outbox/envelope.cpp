@@ -354,7 +354,12 @@ EventEnvelope EventEnvelope::Builder::build() {
 }
 
 EventEnvelope EventEnvelope::with_headers(Headers headers) const {
+  const Headers& current = *data_->headers;
   for (const auto& [key, value] : headers) {
+    // Carried over as it is: already this event's (a row read back is not re-checked either).
+    if (const auto it = current.find(key); it != current.end() && it->second == value) {
+      continue;
+    }
     if (key.empty()) {
       throw std::invalid_argument("EventEnvelope: header keys must not be empty");
     }

@@ -68,7 +68,8 @@ class EventEnvelope {
   /// The raw payload: the JSON text's bytes or the bytes payload.
   std::span<const std::uint8_t> payload_bytes() const noexcept;
   /// A copy with `headers` in place of this event's (every other field shared). Throws
-  /// std::invalid_argument on an empty header name or a name or value not UTF-8 without NUL.
+  /// std::invalid_argument on an empty header name, or a name or value not UTF-8 without NUL
+  /// among those this event does not already have.
   EventEnvelope with_headers(Headers headers) const;
   /// Shared handle to the payload storage (JSON text or raw bytes), for zero-copy consumers.
   const std::shared_ptr<const std::string>& payload_storage() const noexcept {

@@ -1,6 +1,8 @@
 #include "outbox/trace_context.hpp"
 
+#include <algorithm>
 #include <set>
+#include <vector>
 
 #include "outbox/envelope.hpp"
 
@@ -88,7 +90,16 @@ bool equals_ignoring_case(std::string_view a, std::string_view b) {
   return true;
 }
 
-thread_local const TraceContext* current_context = nullptr;
+// The calling thread's scopes, innermost last.
+thread_local std::vector<const TraceContext*> scopes;
+
+std::string trim_blanks(std::string s) {
+  const auto first = s.find_first_not_of(" \t");
+  if (first == std::string::npos) {
+    return {};
+  }
+  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
+}
 
 }  // namespace
 
@@ -107,7 +118,19 @@ bool valid_traceparent(std::string_view value) noexcept {
   if (version == "00") {
     return value.size() == 55;
   }
-  return value.size() == 55 || value[55] == '-';
+  if (value.size() == 55) {
+    return true;
+  }
+  // A later version's added fields are opaque, but they travel as an HTTP header value.
+  if (value[55] != '-' || value.size() > 512) {
+    return false;
+  }
+  for (std::size_t i = 56; i < value.size(); ++i) {
+    if (value[i] < 0x21 || value[i] > 0x7e) {
+      return false;
+    }
+  }
+  return true;
 }
 
 bool valid_tracestate(std::string_view value) noexcept {
@@ -173,6 +196,14 @@ EventEnvelope stamp_trace_context(const EventEnvelope& event, const TraceContext
   if (seen == 0 && !context) {
     return event;
   }
+  bool trimmed = false;  // blanks around a value (allowed around an HTTP header's value)
+  if (context) {
+    for (auto* value : {&context->traceparent, &context->tracestate}) {
+      auto clean = trim_blanks(*value);
+      trimmed = trimmed || clean != *value;
+      *value = std::move(clean);
+    }
+  }
   Headers out;
   for (const auto& [name, value] : headers) {
     if (!equals_ignoring_case(name, kTraceparentHeader) &&
@@ -182,22 +213,32 @@ EventEnvelope stamp_trace_context(const EventEnvelope& event, const TraceContext
   }
   // A tracestate alone belongs to no trace; two spellings of one header are two values.
   const bool ambiguous = seen > (own_parent ? 1 : 0) + (own_state ? 1 : 0);
+  // Only the event's own other headers: with_headers has nothing new to check, cannot throw.
+  const auto without_trace = [&] { return event.with_headers(out); };
   if (!context || ambiguous || !valid_traceparent(context->traceparent)) {
     outcome = TraceStamp::Dropped;
-    return event.with_headers(std::move(out));
+    return without_trace();
   }
   const bool state_ok = context->tracestate.empty() || valid_tracestate(context->tracestate);
-  if (!from_provider && state_ok && !respelled) {
+  const bool empty_state = own_state && context->tracestate.empty();  // "" is no tracestate
+  if (!from_provider && state_ok && !respelled && !trimmed && !empty_state) {
     return event;  // the event's own valid headers, as they are
   }
-  out.emplace(std::string(kTraceparentHeader), context->traceparent);
+  Headers stamped = out;
+  stamped.emplace(std::string(kTraceparentHeader), context->traceparent);
   if (state_ok && !context->tracestate.empty()) {
-    out.emplace(std::string(kTracestateHeader), context->tracestate);
+    stamped.emplace(std::string(kTracestateHeader), context->tracestate);
   }
-  outcome = !state_ok       ? TraceStamp::Dropped
-            : from_provider ? TraceStamp::Stamped
-                            : TraceStamp::Unchanged;
-  return event.with_headers(std::move(out));
+  try {
+    auto result = event.with_headers(std::move(stamped));
+    outcome = !state_ok       ? TraceStamp::Dropped
+              : from_provider ? TraceStamp::Stamped
+                              : TraceStamp::Unchanged;
+    return result;
+  } catch (const std::exception&) {
+    outcome = TraceStamp::Dropped;  // a value no header may hold: never a failed write
+    return without_trace();
+  }
 }
 
 std::optional<EventEnvelope> start_publish_span(PublishSpanHook& hook, const EventEnvelope& event) {
@@ -234,24 +275,31 @@ std::optional<EventEnvelope> start_publish_span(PublishSpanHook& hook, const Eve
   if (!child->tracestate.empty() && valid_tracestate(child->tracestate)) {
     out.emplace(std::string(kTracestateHeader), child->tracestate);
   }
-  return event.with_headers(std::move(out));
+  try {
+    return event.with_headers(std::move(out));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
-ScopedTraceContext::ScopedTraceContext(TraceContext context)
-    : context_(std::move(context)), previous_(current_context) {
-  current_context = &context_;
+ScopedTraceContext::ScopedTraceContext(TraceContext context) : context_(std::move(context)) {
+  scopes.push_back(&context_);
 }
 
 ScopedTraceContext::~ScopedTraceContext() {
-  current_context = previous_;
+  // Not necessarily the innermost: an object holding one may outlive a later one.
+  const auto it = std::find(scopes.rbegin(), scopes.rend(), &context_);
+  if (it != scopes.rend()) {
+    scopes.erase(std::next(it).base());
+  }
 }
 
 TraceContextProvider thread_trace_context() {
   return []() -> std::optional<TraceContext> {
-    if (current_context == nullptr) {
+    if (scopes.empty()) {
       return std::nullopt;
     }
-    return *current_context;
+    return *scopes.back();
   };
 }
 

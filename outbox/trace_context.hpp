@@ -28,7 +28,8 @@ using TraceContextProvider = std::function<std::optional<TraceContext>()>;
 
 /// True for a valid `traceparent`: version 00 exactly as the specification writes it (55
 /// characters, lowercase hex, trace id and parent id not all zeros), or a later version (not ff)
-/// whose first 55 characters read so, followed by nothing or "-…".
+/// whose first 55 characters read so, followed by nothing or "-" and visible ASCII, at most 512
+/// characters in all.
 bool valid_traceparent(std::string_view value) noexcept;
 /// True for a valid `tracestate`: at most 512 characters, at most 32 comma-separated `key=value`
 /// members (keys as the specification defines them, each once; values 1–256 printable ASCII
@@ -70,8 +71,9 @@ class PublishSpanHook {
 /// its own trace headers, or nullopt to forward it as it is (see PublishSpanHook::start).
 std::optional<EventEnvelope> start_publish_span(PublishSpanHook& hook, const EventEnvelope& event);
 
-/// Sets the calling thread's current trace context until destroyed (the previous one comes back):
-/// for applications that track their trace themselves. Not copyable.
+/// Sets the calling thread's current trace context until destroyed (the one set before it comes
+/// back; scopes may end in any order): for applications that track their trace themselves. Not
+/// copyable or movable; destroyed on the thread that made it.
 class ScopedTraceContext {
  public:
   explicit ScopedTraceContext(TraceContext context);
@@ -81,7 +83,6 @@ class ScopedTraceContext {
 
  private:
   TraceContext context_;
-  const TraceContext* previous_;
 };
 
 /// The provider that reads the calling thread's innermost ScopedTraceContext.

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -146,6 +147,48 @@ TEST(TraceContext, HeaderNamesMatchAsHttpMatchesThem) {
       {}, stamp);
   EXPECT_EQ(stamp, TraceStamp::Dropped);
   EXPECT_TRUE(e.headers().empty());
+}
+
+// A later version's added fields travel as an HTTP header value: no controls, no NUL, no bytes
+// beyond ASCII, a bounded size. Such a value, from the provider or the event, is dropped: the
+// write never fails for it.
+TEST(TraceContext, ALaterVersionsTailIsCheckedAndABadOneNeverFailsTheWrite) {
+  const std::string head = "cc-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  EXPECT_TRUE(valid_traceparent(head + "-what-comes-next"));
+  for (const std::string& tail :
+       std::vector<std::string>{std::string("-\0x", 3), "-\xff", "-a\r\nX-Evil: 1", "-a b",
+                                "-" + std::string(600, 'a')}) {
+    EXPECT_FALSE(valid_traceparent(head + tail)) << tail.size();
+    TraceStamp stamp;
+    const auto bad = head + tail;
+    const auto e = stamp_trace_context(
+        event({{"k", "v"}}),
+        [&] {
+          return std::optional<TraceContext>(TraceContext{bad, ""});
+        },
+        stamp);
+    EXPECT_EQ(stamp, TraceStamp::Dropped);
+    EXPECT_EQ(e.headers(), (Headers{{"k", "v"}}));
+  }
+}
+
+TEST(TraceContext, BlanksAroundAValueAndAnEmptyTracestateAreCleanedUp) {
+  TraceStamp stamp;
+  auto e = stamp_trace_context(event({{"traceparent", " " + kParent + "\t"}, {"tracestate", ""}}),
+                               {}, stamp);
+  EXPECT_EQ(stamp, TraceStamp::Unchanged);
+  EXPECT_EQ(e.headers(), (Headers{{"traceparent", kParent}}));
+}
+
+TEST(TraceContext, ScopesMayEndInAnyOrder) {
+  const auto provider = thread_trace_context();
+  auto outer = std::make_unique<ScopedTraceContext>(TraceContext{kParent, ""});
+  auto inner = std::make_unique<ScopedTraceContext>(
+      TraceContext{"00-11111111111111111111111111111111-2222222222222222-01", ""});
+  outer.reset();  // the outer one ends first (an object holding it went away)
+  EXPECT_EQ(provider()->traceparent, "00-11111111111111111111111111111111-2222222222222222-01");
+  inner.reset();
+  EXPECT_FALSE(provider());
 }
 
 TEST(TraceContext, ScopedContextIsThePerThreadCurrentOne) {

@@ -75,6 +75,12 @@ TEST(RelaySpans, EachPublishRunsInAChildSpanWhoseContextTheReceiverGets) {
                                              event("rejected", true), event("throws", true),
                                              event("nonsense", true)};
   store->insert_batch(*pool->acquire(), events);
+  // Written by another client: a header value that is not UTF-8 (a row read back is delivered as
+  // it is; a span around it must not change that).
+  pool->acquire()->execute(
+      "INSERT INTO outbox_event (event_id, event_type, aggregate_type, aggregate_id, headers, "
+      "payload) VALUES ('latin1', 'E', 'A', 'latin1', '{\"traceparent\": \"" +
+      kParent + "\", \"x-name\": \"caf\xe9\"}', '{}')");
   testing::HttpTestServer http;
   std::mutex mutex;
   std::map<std::string, std::string> received;  // aggregate id → traceparent received
@@ -97,7 +103,7 @@ TEST(RelaySpans, EachPublishRunsInAChildSpanWhoseContextTheReceiverGets) {
   auto spans = std::make_shared<RecordingSpans>();
   relay::Relay relay(config, spans);
   relay.start();
-  ASSERT_TRUE(wait_until([&] { return spans->ends().size() == 5; }));
+  ASSERT_TRUE(wait_until([&] { return spans->ends().size() == 6; }));
   relay.stop();
 
   const auto parents = spans->parents();
@@ -112,7 +118,9 @@ TEST(RelaySpans, EachPublishRunsInAChildSpanWhoseContextTheReceiverGets) {
   EXPECT_EQ(ends.at("traced"), "delivered");
   EXPECT_NE(ends.at("rejected").find("422"), std::string::npos) << ends.at("rejected");
   EXPECT_NE(ends.at("rejected").find("no such account"), std::string::npos);
-  EXPECT_EQ(store->count_by_status(*pool->acquire())[1], 4);
+  EXPECT_EQ(received.at("latin1"), kChild);
+  EXPECT_EQ(spans->ends().at("latin1"), "delivered");
+  EXPECT_EQ(store->count_by_status(*pool->acquire())[1], 5);
   // The row keeps the writer's context: the span's is only what was forwarded.
   const auto row = store->find(*pool->acquire(), events[0].event_id());
   EXPECT_NE(row->headers_json->find(kParent), std::string::npos);

@@ -60,27 +60,43 @@ class RoutingRegistry final : public ListenerRegistry {
             results[i] = to_delivery(GroupStops::not_sent(*events[i], "relay"));
             continue;
           }
+          std::string expanded;
           try {
-            auto expanded = expand_target(target, *events[i]);
-            const EventEnvelope* forwarded = events[i];
-            if (spans) {
-              if (auto child = start_publish_span(*spans, *events[i])) {
-                traced.push_back(std::move(*child));
-                forwarded = &traced.back();
-              }
-            }
-            requests.push_back({forwarded, std::move(expanded)});
-            sent.push_back(i);
+            expanded = expand_target(target, *events[i]);
           } catch (const std::invalid_argument& e) {
             results[i] = DeliveryResult::permanent(std::string("target: ") + e.what());
             stops.fail(*events[i]);
+            continue;
           }
+          const EventEnvelope* forwarded = events[i];
+          if (spans) {
+            if (auto child = start_publish_span(*spans, *events[i])) {
+              traced.push_back(std::move(*child));
+              forwarded = &traced.back();
+            }
+          }
+          requests.push_back({forwarded, std::move(expanded)});
+          sent.push_back(i);
         }
         if (requests.empty()) {
           return results;
         }
         const auto start = std::chrono::steady_clock::now();
-        const auto published = publisher->publish(requests);
+        std::vector<PublishResult> published;
+        try {
+          published = publisher->publish(requests);
+        } catch (const std::exception& e) {
+          if (spans) {  // every span started ends, whatever the publisher did
+            for (std::size_t k : sent) {
+              try {
+                spans->end(*events[k], false, e.what());
+              } catch (...) {
+                // A failing tracer never fails a publish.
+              }
+            }
+          }
+          throw;
+        }
         const auto elapsed = std::chrono::steady_clock::now() - start;
         for (std::size_t k = 0; k < sent.size(); ++k) {
           const auto result = k < published.size()
