@@ -118,13 +118,17 @@ milliseconds SubscriptionRunner::Worker::run_once(std::string& waiting) {
     return s.poll_interval;
   }
   const bool woken = woken_.exchange(false);  // before the read: a later wake-up stays
+  // Asked before the read as well as after: a transaction that hid the woken-for row and ended
+  // between the read and a later question would leave the wake-up lost for a poll interval. One
+  // that hides it was open before the read (it began before the row was written).
+  auto held_before = woken ? opts.store->holdback(*conn) : std::nullopt;
   const auto events = opts.store->read(*conn, state->cursor, s.batch_size);
   if (events.empty()) {
     // Woken for a commit, nothing readable: an older transaction still open on the server
     // (PostgreSQL; any session's) holds the stream back. While it does, look again soon: the
     // wake-up must not wait a whole poll interval.
     if (woken) {
-      if (const auto held = opts.store->holdback(*conn)) {
+      if (const auto held = held_before ? held_before : opts.store->holdback(*conn)) {
         woken_ = true;
         waiting = "held back by an open transaction (pid " + std::to_string(held->pid) + ")";
         return std::min(s.poll_interval, kHeldBackRetry);
