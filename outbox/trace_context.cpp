@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "outbox/envelope.hpp"
+#include "outbox/internal/ascii.hpp"
 
 namespace outbox {
 namespace {
@@ -67,39 +68,8 @@ bool valid_value(std::string_view value) {
   return true;
 }
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
-bool equals_ignoring_case(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c + 32) : c; };
-    if (lower(a[i]) != lower(b[i])) {
-      return false;
-    }
-  }
-  return true;
-}
-
 // The calling thread's scopes, innermost last.
 thread_local std::vector<const TraceContext*> scopes;
-
-std::string trim_blanks(std::string s) {
-  const auto first = s.find_first_not_of(" \t");
-  if (first == std::string::npos) {
-    return {};
-  }
-  return s.substr(first, s.find_last_not_of(" \t") - first + 1);
-}
 
 }  // namespace
 
@@ -142,7 +112,7 @@ bool valid_tracestate(std::string_view value) noexcept {
     std::size_t members = 0;
     while (true) {
       const auto comma = value.find(',');
-      const auto member = trim(value.substr(0, comma));
+      const auto member = internal::trim_blanks(value.substr(0, comma));
       if (!member.empty()) {
         const auto eq = member.find('=');
         if (eq == std::string_view::npos || !valid_key(member.substr(0, eq)) ||
@@ -171,11 +141,11 @@ EventEnvelope stamp_trace_context(const EventEnvelope& event, const TraceContext
   int seen = 0;
   bool respelled = false;
   for (const auto& [name, value] : headers) {
-    if (equals_ignoring_case(name, kTraceparentHeader)) {
+    if (internal::iequals(name, kTraceparentHeader)) {
       own_parent = value;
       respelled = respelled || name != kTraceparentHeader;
       ++seen;
-    } else if (equals_ignoring_case(name, kTracestateHeader)) {
+    } else if (internal::iequals(name, kTracestateHeader)) {
       own_state = value;
       respelled = respelled || name != kTracestateHeader;
       ++seen;
@@ -199,15 +169,15 @@ EventEnvelope stamp_trace_context(const EventEnvelope& event, const TraceContext
   bool trimmed = false;  // blanks around a value (allowed around an HTTP header's value)
   if (context) {
     for (auto* value : {&context->traceparent, &context->tracestate}) {
-      auto clean = trim_blanks(*value);
+      std::string clean(internal::trim_blanks(*value));
       trimmed = trimmed || clean != *value;
       *value = std::move(clean);
     }
   }
   Headers out;
   for (const auto& [name, value] : headers) {
-    if (!equals_ignoring_case(name, kTraceparentHeader) &&
-        !equals_ignoring_case(name, kTracestateHeader)) {
+    if (!internal::iequals(name, kTraceparentHeader) &&
+        !internal::iequals(name, kTracestateHeader)) {
       out.emplace(name, value);
     }
   }
@@ -245,9 +215,9 @@ std::optional<EventEnvelope> start_publish_span(PublishSpanHook& hook, const Eve
   const auto& headers = event.headers();
   std::optional<std::string> own_parent, own_state;
   for (const auto& [name, value] : headers) {
-    if (equals_ignoring_case(name, kTraceparentHeader)) {
+    if (internal::iequals(name, kTraceparentHeader)) {
       own_parent = value;
-    } else if (equals_ignoring_case(name, kTracestateHeader)) {
+    } else if (internal::iequals(name, kTracestateHeader)) {
       own_state = value;
     }
   }
@@ -266,8 +236,8 @@ std::optional<EventEnvelope> start_publish_span(PublishSpanHook& hook, const Eve
   }
   Headers out;
   for (const auto& [name, value] : headers) {
-    if (!equals_ignoring_case(name, kTraceparentHeader) &&
-        !equals_ignoring_case(name, kTracestateHeader)) {
+    if (!internal::iequals(name, kTraceparentHeader) &&
+        !internal::iequals(name, kTracestateHeader)) {
       out.emplace(name, value);
     }
   }

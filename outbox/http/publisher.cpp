@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "outbox/clock.hpp"
+#include "outbox/internal/ascii.hpp"
 
 namespace outbox::http {
 namespace {
@@ -40,16 +41,7 @@ bool valid_header(std::string_view name, std::string_view value) {
          value.find('\0') == std::string_view::npos;
 }
 
-// ASCII-only case folding: header names are ASCII tokens, and the locale must not matter.
-char ascii_lower(char c) {
-  return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return ascii_lower(x) == ascii_lower(y);
-         });
-}
+using ::outbox::internal::iequals;
 
 bool istarts_with(std::string_view text, std::string_view prefix) {
   return text.size() >= prefix.size() && iequals(text.substr(0, prefix.size()), prefix);

@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <thread>
 
+#include "outbox/internal/ascii.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/store.hpp"
 
@@ -25,28 +26,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool iequals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) {
-    return false;
-  }
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) {
-    s.remove_prefix(1);
-  }
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
+using ::outbox::internal::iequals;
+using ::outbox::internal::trim_blanks;
 
 const char* reason_phrase(int status) {
   switch (status) {
@@ -153,8 +134,8 @@ std::optional<HttpResponse> parse_head(Connection& c, std::size_t head_end,
         header.front() == '\t') {
       return error_response(400, "malformed header line");
     }
-    std::string name(trim(header.substr(0, colon)));
-    std::string value(trim(header.substr(colon + 1)));
+    std::string name(trim_blanks(header.substr(0, colon)));
+    std::string value(trim_blanks(header.substr(colon + 1)));
     if (iequals(name, "Transfer-Encoding")) {
       return error_response(501, "chunked or encoded bodies are not accepted; send Content-Length");
     }
