@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <array>
-#include <optional>
 #include <regex>
 #include <string_view>
 
@@ -98,24 +97,22 @@ std::string quote_identifier(const std::string& name) {
   return out + "\"";
 }
 
-// Re-creates `table` with columns() (SQLite cannot change a column's key or default in place), in
-// one savepoint: inside the migration's transaction, or alone. Every row is copied with its
-// stream_seq (a table without one numbers its rows oldest first), and the AUTOINCREMENT high-water
-// mark is kept (a subscription's cursor may be past purged rows). Columns, indexes and triggers an
-// application added are carried over, as SQLite's own guide to changing a table does.
+// Re-creates a table of schema version 3 with columns(): its rowid cannot become the
+// AUTOINCREMENT stream_seq in place. In one savepoint (inside the migration's transaction, or
+// alone); rows are numbered oldest first. Columns, indexes and triggers an application added are
+// carried over, as SQLite's own guide to changing a table does (an added column keeps its type,
+// NOT NULL and default, not other constraints); views and other tables' triggers stay.
 void rebuild_table(sql::Connection& conn, const std::string& table) {
   const std::string copy = table + "__rebuild";
   conn.execute("SAVEPOINT outbox_rebuild");
   try {
     std::string extra_columns, copied;
-    bool had_seq = false;
     for (const auto& c : conn.query("SELECT name, type, \"notnull\", dflt_value FROM "
                                     "pragma_table_info('" +
                                     table + "')")) {
       const std::string name = c.get_text(0);
       const std::string quoted = quote_identifier(name);
       copied += (copied.empty() ? "" : ", ") + quoted;
-      had_seq = had_seq || name == "stream_seq";
       if (std::find(kColumnNames.begin(), kColumnNames.end(), name) == kColumnNames.end()) {
         const auto dflt = c.get_optional_text(3);
         // The default as SQLite reports it, without the parentheses an expression needs.
@@ -130,18 +127,10 @@ void rebuild_table(sql::Connection& conn, const std::string& table) {
                     "' COLLATE NOCASE AND type IN ('index', 'trigger') AND sql IS NOT NULL")) {
       recreate.push_back(r.get_text(0));
     }
-    std::optional<std::int64_t> high_water;
-    if (had_seq) {
-      const auto seq =
-          conn.query("SELECT seq FROM sqlite_sequence WHERE name = '" + table + "' COLLATE NOCASE");
-      if (!seq.empty()) {
-        high_water = seq[0].get_int(0);
-      }
-    }
     conn.execute("DROP TABLE IF EXISTS " + copy);
     conn.execute("CREATE TABLE " + copy + " (" + columns() + extra_columns + ")");
     conn.execute("INSERT INTO " + copy + " (" + copied + ") SELECT " + copied + " FROM " + table +
-                 (had_seq ? " ORDER BY stream_seq" : " ORDER BY created_at, event_id"));
+                 " ORDER BY created_at, event_id");
     conn.execute("DROP TABLE " + table);
     // Views and other tables' triggers that name the table are left as they are (they name it
     // again once the copy has its name): the current RENAME would re-check them against a
@@ -154,11 +143,6 @@ void rebuild_table(sql::Connection& conn, const std::string& table) {
       throw;
     }
     conn.execute("PRAGMA legacy_alter_table = OFF");
-    if (high_water) {
-      conn.execute("DELETE FROM sqlite_sequence WHERE name = '" + table + "' COLLATE NOCASE");
-      conn.execute("INSERT INTO sqlite_sequence (name, seq) SELECT '" + table + "', MAX(" +
-                   std::to_string(*high_water) + ", COALESCE(MAX(stream_seq), 0)) FROM " + table);
-    }
     for (const auto& sql : recreate) {
       conn.execute(sql);
     }
