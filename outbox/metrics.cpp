@@ -21,7 +21,10 @@ InMemoryMetrics::Snapshot InMemoryMetrics::snapshot() const {
                   lease_acquired_.load(),
                   lease_takeovers_.load(),
                   lease_lost_.load(),
-                  trace_context_dropped_.load()};
+                  trace_context_dropped_.load(),
+                  wakeups_.load(),
+                  wakeups_empty_.load(),
+                  wakeup_reconnects_.load()};
 }
 
 }  // namespace outbox

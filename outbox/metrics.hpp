@@ -35,6 +35,12 @@ class MetricsExporter {
   virtual void increment_subscription_failure(std::string_view /*name*/) {}
   /// The writer removed an invalid traceparent or tracestate from an event (docs/guide.md).
   virtual void increment_trace_context_dropped() {}
+  /// A change watcher told the poller rows may have been committed (docs/guide.md, wake-ups).
+  virtual void increment_wakeup() {}
+  /// A cycle a wake-up started handed nothing over (the hint was spurious or came late).
+  virtual void increment_wakeup_empty() {}
+  /// A change watcher connected again after losing its connection.
+  virtual void increment_wakeup_reconnect() {}
 
   /// A shared exporter that does nothing.
   static std::shared_ptr<MetricsExporter> noop();
@@ -46,7 +52,8 @@ class InMemoryMetrics final : public MetricsExporter {
   struct Snapshot {
     std::int64_t hot_enqueued, hot_dropped, cold_enqueued, dispatch_success, dispatch_failure,
         dispatch_dead, status_update_failure, hot_depth, cold_depth, oldest_lag_ms, lease_acquired,
-        lease_takeovers, lease_lost, trace_context_dropped;
+        lease_takeovers, lease_lost, trace_context_dropped, wakeups, wakeups_empty,
+        wakeup_reconnects;
   };
   void increment_hot_enqueued() override { hot_enqueued_++; }
   void increment_hot_dropped() override { hot_dropped_++; }
@@ -68,13 +75,17 @@ class InMemoryMetrics final : public MetricsExporter {
   }
   void increment_lease_lost(std::string_view) override { lease_lost_++; }
   void increment_trace_context_dropped() override { trace_context_dropped_++; }
+  void increment_wakeup() override { wakeups_++; }
+  void increment_wakeup_empty() override { wakeups_empty_++; }
+  void increment_wakeup_reconnect() override { wakeup_reconnects_++; }
   Snapshot snapshot() const;
 
  private:
   std::atomic<std::int64_t> hot_enqueued_{0}, hot_dropped_{0}, cold_enqueued_{0},
       dispatch_success_{0}, dispatch_failure_{0}, dispatch_dead_{0}, status_update_failure_{0},
       hot_depth_{0}, cold_depth_{0}, oldest_lag_ms_{0}, lease_acquired_{0}, lease_takeovers_{0},
-      lease_lost_{0}, trace_context_dropped_{0};
+      lease_lost_{0}, trace_context_dropped_{0}, wakeups_{0}, wakeups_empty_{0},
+      wakeup_reconnects_{0};
 };
 
 }  // namespace outbox

@@ -7,6 +7,7 @@
 #include "outbox/dispatcher.hpp"
 #include "outbox/dispatcher_writer_hook.hpp"
 #include "outbox/internal/group_partitions.hpp"
+#include "outbox/internal/writer_hook_chain.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/lease_manager.hpp"
 #include "outbox/listener.hpp"
@@ -229,6 +230,11 @@ Outbox Outbox::build(Options o, Mode mode) {
   if (!o.store) {
     throw std::invalid_argument("Outbox: store is required");
   }
+  for (const auto& hook : o.writer_hooks) {
+    if (!hook) {
+      throw std::invalid_argument("Outbox: writer_hooks holds a null hook");
+    }
+  }
   if (mode != Mode::WriterOnly) {
     if (!o.connection_provider) {
       throw std::invalid_argument("Outbox: connection_provider is required");
@@ -360,6 +366,14 @@ Outbox Outbox::build(Options o, Mode mode) {
     purge.connection_provider = o.connection_provider;
     purge.clock = o.clock;
     outbox.purge_ = std::make_unique<OutboxPurgeScheduler>(std::move(purge));
+  }
+  if (!o.writer_hooks.empty()) {
+    std::vector<std::shared_ptr<WriterHook>> hooks;
+    if (hook) {
+      hooks.push_back(std::move(hook));
+    }
+    hooks.insert(hooks.end(), o.writer_hooks.begin(), o.writer_hooks.end());
+    hook = std::make_shared<internal::WriterHookChain>(std::move(hooks));
   }
   outbox.writer_ = std::make_unique<OutboxWriter>(o.tx_context, o.store, std::move(hook),
                                                   o.trace_context, o.metrics);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "outbox/clock.hpp"
 #include "outbox/dispatcher.hpp"
@@ -73,6 +74,9 @@ class Outbox {
     /// Stamps every written event with the caller's trace context (outbox/trace_context.hpp),
     /// e.g. thread_trace_context(); default: none (an event's own traceparent is still checked).
     TraceContextProvider trace_context;
+    /// Further writer hooks, called after the Outbox's own hot path in this order (e.g. a
+    /// postgres::CommitNotifier, a SubscriptionRunner::writer_hook()); none may be null.
+    std::vector<std::shared_ptr<WriterHook>> writer_hooks;
     std::optional<ClaimLocking> claim_locking;  ///< required by multi_node, refused by ordered
     /// Primary + standby (single_node, ordered): act only while holding this lease (see Lease).
     std::optional<Lease> lease;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "outbox/change_watcher.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/dispatcher.hpp"
 #include "outbox/internal/periodic_worker.hpp"
@@ -89,6 +90,9 @@ OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {
   if (options_.interval.count() <= 0 || options_.interval > kMaxDuration) {
     throw std::invalid_argument("OutboxPoller: interval must be positive and at most 3650 days");
   }
+  if (options_.adaptive_floor.count() < 0 || options_.adaptive_floor > options_.interval) {
+    throw std::invalid_argument("OutboxPoller: adaptive_floor must be between 0 and interval");
+  }
   if (options_.head_rescan_interval.count() < 0 || options_.head_rescan_interval > kMaxDuration) {
     throw std::invalid_argument(
         "OutboxPoller: head_rescan_interval must be between 0 and 3650 days");
@@ -132,10 +136,29 @@ OutboxPoller::~OutboxPoller() {
 }
 
 void OutboxPoller::start() {
+  if (worker_->closed()) {
+    worker_->start();  // throws std::logic_error: start() after close()
+  }
+  std::call_once(watcher_started_, [this] {
+    if (options_.change_watcher) {
+      options_.change_watcher->start([this, first = true](ChangeWatcher::Signal signal) mutable {
+        if (signal == ChangeWatcher::Signal::Changed) {
+          options_.metrics->increment_wakeup();
+          hinted_.store(true);
+        } else if (!std::exchange(first, false)) {
+          options_.metrics->increment_wakeup_reconnect();
+        }
+        worker_->wake();
+      });
+    }
+  });
   worker_->start();
 }
 
 void OutboxPoller::close() {
+  if (options_.change_watcher) {
+    options_.change_watcher->close();  // before the worker: its hints wake the worker
+  }
   worker_->close();
 }
 
@@ -149,6 +172,13 @@ std::chrono::milliseconds OutboxPoller::next_wait() const {
         // The cold queue is full: look again soon rather than a whole interval later.
         return std::clamp(options_.interval / 10, std::chrono::milliseconds(1), options_.interval);
       case CycleResult::Partial:
+        if (options_.adaptive_floor.count() > 0) {
+          auto wait = options_.adaptive_floor;  // below the interval, so doubling cannot overflow
+          for (int i = idle_cycles_.load(); i > 0 && wait < options_.interval; --i) {
+            wait *= 2;
+          }
+          return std::min(wait, options_.interval);
+        }
         return options_.interval;
     }
   }
@@ -167,6 +197,8 @@ int OutboxPoller::poll() {
     return 0;
   }
   std::lock_guard cycle(cycle_mutex_);
+  // A hint that comes during the cycle wakes the next one: the rows may not be in this one's read.
+  const bool hinted = hinted_.exchange(false);
   auto& handler = *options_.handler;
   const int capacity = handler.available_capacity();
   if (capacity <= 0) {
@@ -267,6 +299,14 @@ int OutboxPoller::poll() {
     const int fresh = handler.new_in_cycle().value_or(handed);
     last_cycle_ =
         fresh >= limit || (groups_left && !refused) ? CycleResult::FullBatch : CycleResult::Partial;
+    if (fresh > 0) {
+      idle_cycles_.store(0);
+    } else {
+      idle_cycles_.store(std::min(idle_cycles_.load() + 1, 64));
+      if (hinted) {
+        options_.metrics->increment_wakeup_empty();
+      }
+    }
   } catch (const std::exception& e) {
     cursor_created_at_.reset();
     const int failures = consecutive_failures_.fetch_add(1) + 1;

@@ -24,6 +24,7 @@ class OutboxStore;
 class MetricsExporter;
 class JsonCodec;
 class OutboxDispatcher;
+class ChangeWatcher;
 namespace internal {
 class PeriodicWorker;
 }
@@ -119,6 +120,12 @@ class OutboxPoller {
     /// settled by their group's failure policy), group by group in insert order, and whether
     /// claimable rows were left behind (the next cycle then runs at once).
     std::function<GroupClaim(sql::Connection& conn, Timestamp now, int limit)> claim_groups;
+    /// Wake-ups: a cycle runs at once on each of its hints and after it (re)connects; the
+    /// interval stays the backstop. start() starts it, close() stops it.
+    std::shared_ptr<ChangeWatcher> change_watcher;
+    /// Adaptive polling (> 0): after a cycle that found work the next waits this long, doubled
+    /// per cycle that found none, back up to the interval. 0: off. >= 0, <= interval.
+    std::chrono::milliseconds adaptive_floor{0};
   };
 
   /// Validates (std::invalid_argument naming the field). Does not start polling.
@@ -143,8 +150,9 @@ class OutboxPoller {
   const std::string& owner() const noexcept { return owner_; }
   /// The wait before the next background cycle: none after a full batch (a backlog is drained
   /// without pauses), a tenth of the interval when the handler had no capacity, otherwise the
-  /// interval — doubled per consecutive failed cycle up to 16 intervals, at most 30 s (never less
-  /// than one interval).
+  /// interval (with adaptive_floor: the floor doubled per cycle without work since the last one
+  /// with, up to the interval) — doubled per consecutive failed cycle up to 16 intervals, at most
+  /// 30 s (never less than one interval).
   std::chrono::milliseconds next_wait() const;
   /// Poll cycles completed so far (background and poll() calls alike).
   std::uint64_t completed_cycles() const noexcept { return completed_cycles_.load(); }
@@ -156,6 +164,9 @@ class OutboxPoller {
   std::atomic<int> consecutive_failures_{0};
   enum class CycleResult { Partial, FullBatch, NoCapacity };
   std::atomic<CycleResult> last_cycle_{CycleResult::Partial};
+  std::atomic<int> idle_cycles_{64};  // cycles without work since the last with (adaptive)
+  std::atomic<bool> hinted_{false};   // a wake-up came since the last cycle began
+  std::once_flag watcher_started_;
   std::mutex cycle_mutex_;  // serialises poll() cycles; guards cursor_*, last_head_scan_
   // Where the next keyset page starts (a PendingKey); no time: from the head.
   std::optional<Timestamp> cursor_created_at_;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "outbox/change_watcher.hpp"
 #include "outbox/dispatcher.hpp"
 #include "outbox/errors.hpp"
 #include "outbox/metrics.hpp"
@@ -268,6 +269,76 @@ TEST_F(PollerTest, DatabaseErrorsAreLoggedNotThrownAndBackOff) {
   EXPECT_EQ(healthy.next_wait(), 10s);
 }
 
+TEST_F(PollerTest, AdaptiveWaitsStartAtTheFloorAfterWorkAndDoubleBackToTheInterval) {
+  auto o = options();
+  o.interval = 500ms;
+  o.adaptive_floor = 10ms;
+  o.claim_locking = ClaimLocking{"adaptive", 1h};  // each row is handed over once
+  OutboxPoller p(o);
+  EXPECT_EQ(p.poll(), 0);
+  EXPECT_EQ(p.next_wait(), 500ms);  // idle since it started: the interval
+  insert("a", clock->now() - 1s);
+  EXPECT_EQ(p.poll(), 1);
+  EXPECT_EQ(p.next_wait(), 10ms);
+  for (auto expected : {20ms, 40ms, 80ms, 160ms, 320ms, 500ms, 500ms}) {
+    EXPECT_EQ(p.poll(), 0);
+    EXPECT_EQ(p.next_wait(), expected);
+  }
+  insert("b", clock->now() - 1s);
+  EXPECT_EQ(p.poll(), 1);
+  EXPECT_EQ(p.next_wait(), 10ms);  // work again: back to the floor
+}
+
+// Hints by hand, as a LISTEN connection or a data_version reader gives them.
+class ManualWatcher final : public ChangeWatcher {
+ public:
+  void start(std::function<void(Signal)> s) override {
+    std::lock_guard lock(mutex);
+    signal = std::move(s);
+  }
+  void close() override { closed = true; }
+  void send(Signal s) {
+    std::lock_guard lock(mutex);
+    signal(s);
+  }
+  bool started() {
+    std::lock_guard lock(mutex);
+    return static_cast<bool>(signal);
+  }
+  std::mutex mutex;
+  std::function<void(Signal)> signal;
+  std::atomic<bool> closed{false};
+};
+
+TEST_F(PollerTest, AChangeHintStartsACycleAtOnceAndTheWatcherStopsWithThePoller) {
+  auto watcher = std::make_shared<ManualWatcher>();
+  auto o = options();
+  o.interval = 1h;  // only hints can start a second cycle
+  o.change_watcher = watcher;
+  o.claim_locking = ClaimLocking{"hinted", 1h};
+  OutboxPoller p(o);
+  p.start();
+  ASSERT_TRUE(wait_until([&] { return watcher->started() && p.completed_cycles() >= 1; }));
+  watcher->send(ChangeWatcher::Signal::Connected);  // the first: a poll, not a reconnect
+  ASSERT_TRUE(wait_until([&] { return p.completed_cycles() >= 2; }));
+  insert("hinted", clock->now() - 1s);
+  watcher->send(ChangeWatcher::Signal::Changed);
+  ASSERT_TRUE(wait_until([&] {
+    std::lock_guard lock(handler->mutex);
+    return handler->ids == std::vector<std::string>{"hinted"};
+  }));
+  EXPECT_EQ(metrics->snapshot().wakeups, 1);
+  EXPECT_EQ(metrics->snapshot().wakeups_empty, 0);
+  const auto cycles = p.completed_cycles();
+  watcher->send(ChangeWatcher::Signal::Changed);  // nothing new: an empty wake-up
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().wakeups_empty == 1; }));
+  EXPECT_GT(p.completed_cycles(), cycles);
+  watcher->send(ChangeWatcher::Signal::Connected);  // again: the connection was lost meanwhile
+  ASSERT_TRUE(wait_until([&] { return metrics->snapshot().wakeup_reconnects == 1; }));
+  p.close();
+  EXPECT_TRUE(watcher->closed.load());
+}
+
 TEST_F(PollerTest, OptionsAreValidated) {
   auto bad = [&](auto mutate) {
     auto o = options();
@@ -285,6 +356,8 @@ TEST_F(PollerTest, OptionsAreValidated) {
   bad([](auto& o) { o.claim_locking = ClaimLocking{"x", kMaxDuration + 1ms}; });
   bad([](auto& o) { o.interval = std::chrono::hours(24 * 999999); });
   bad([](auto& o) { o.claim_locking = ClaimLocking{std::string(129, 'o'), 1s}; });
+  bad([](auto& o) { o.adaptive_floor = -1ms; });
+  bad([](auto& o) { o.adaptive_floor = o.interval + 1ms; });
 }
 
 }  // namespace

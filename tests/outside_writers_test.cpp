@@ -8,10 +8,8 @@
 #include <httplib.h>
 
 #include <cctype>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <regex>
 
 #include "outbox/detect/detect.hpp"
 #include "outbox/envelope.hpp"
@@ -20,6 +18,7 @@
 #include "tests/support/http_server.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/relay_cli.hpp"
+#include "tests/support/sql_client.hpp"
 #include "tests/support/tables.hpp"
 
 namespace outbox {
@@ -50,30 +49,8 @@ class OutsideWriters : public testing::RelayDatabaseTest {
     });
   }
 
-  // Runs `sql` through the engine's command-line client, as a script; its exit code and output.
   testing::CommandResult run_client(const std::string& sql) {
-    const auto script = dir_.file("rows.sql");
-    std::ofstream(script) << sql;
-    std::string command;
-    if (GetParam() == "sqlite") {
-      command =
-          "sqlite3 -bail '" + url_.substr(std::string("sqlite://").size()) + "' < '" + script + "'";
-    } else if (GetParam() == "postgres") {
-      command = "psql -X -q -v ON_ERROR_STOP=1 '" + url_ + "' -f '" + script + "'";
-    } else {
-      static const std::regex kUrl("mysql://([^:@]+)(?::([^@]*))?@([^:/]+):([0-9]+)/(.+)");
-      std::smatch m;
-      EXPECT_TRUE(std::regex_match(url_, m, kUrl)) << url_;
-      command = "mariadb --protocol=tcp -h " + std::string(m[3]) + " -P " + std::string(m[4]) +
-                " -u " + std::string(m[1]) +
-                (m[2].matched ? " -p'" + std::string(m[2]) + "'" : std::string()) + " " +
-                std::string(m[5]) + " < '" + script + "'";
-    }
-    const auto out = dir_.file("client.out"), err = dir_.file("client.err");
-    const pid_t pid =
-        testing::spawn({"/bin/sh", "-c", command + " >'" + out + "' 2>'" + err + "'"});
-    const auto code = testing::wait_exit(pid, std::chrono::seconds(60));
-    return {code.value_or(-1), testing::read_file(out), testing::read_file(err)};
+    return testing::run_sql_client(dir_, GetParam(), url_, sql);
   }
 
   std::unique_ptr<RelayProcess> start_relay() {

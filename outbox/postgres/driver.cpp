@@ -13,6 +13,7 @@
 #include "outbox/errors.hpp"
 #include "outbox/internal/redact.hpp"
 #include "outbox/log.hpp"
+#include "outbox/postgres/internal/native_connect.hpp"
 
 namespace outbox::postgres {
 namespace {
@@ -370,32 +371,53 @@ class PgConnection final : public sql::Connection {
 
 }  // namespace
 
-std::unique_ptr<sql::Connection> connect(const std::string& conninfo,
-                                         const sql::NetworkTimeouts& timeouts) {
+namespace internal {
+
+pg_conn* open_native(const std::string& conninfo, const sql::NetworkTimeouts& timeouts,
+                     const std::string& application_name) {
   // Defaults first: the connection string, expanded after them, overrides any of them.
   const std::string connect_s =
       std::to_string(std::max<std::int64_t>(1, (timeouts.connect.count() + 999) / 1000));
   const std::string idle_s =
       std::to_string(std::max<std::int64_t>(1, (timeouts.keepalive_idle.count() + 999) / 1000));
   const std::string io_ms = std::to_string(timeouts.io.count());
-  const char* keys[] = {
-      "connect_timeout",  "keepalives",       "keepalives_idle", "keepalives_interval",
-      "keepalives_count", "tcp_user_timeout", "dbname",          nullptr};
-  const char* values[] = {connect_s.c_str(), "1",    idle_s.c_str(), "10", "3", io_ms.c_str(),
-                          conninfo.c_str(),  nullptr};
+  const char* keys[] = {"connect_timeout",
+                        "keepalives",
+                        "keepalives_idle",
+                        "keepalives_interval",
+                        "keepalives_count",
+                        "tcp_user_timeout",
+                        "dbname",
+                        nullptr,
+                        nullptr};
+  const char* values[] = {connect_s.c_str(), "1",     idle_s.c_str(), "10", "3", io_ms.c_str(),
+                          conninfo.c_str(),  nullptr, nullptr};
+  if (!application_name.empty()) {  // before dbname, so the connection string overrides it
+    keys[7] = keys[6];
+    values[7] = values[6];
+    keys[6] = "application_name";
+    values[6] = application_name.c_str();
+  }
   PGconn* conn = PQconnectdbParams(keys, values, 1);
   if (conn == nullptr) {
     throw StoreError("postgres: out of memory creating a connection");
   }
   if (PQstatus(conn) != CONNECTION_OK) {
-    std::string msg = internal::redact_secrets(PQerrorMessage(conn), conninfo);
+    std::string msg = outbox::internal::redact_secrets(PQerrorMessage(conn), conninfo);
     PQfinish(conn);
     while (!msg.empty() && msg.back() == '\n') {
       msg.pop_back();
     }
     throw ConnectionLostError("postgres: cannot connect: " + msg, "08001");
   }
-  auto wrapped = std::make_unique<PgConnection>(conn, true);
+  return conn;
+}
+
+}  // namespace internal
+
+std::unique_ptr<sql::Connection> connect(const std::string& conninfo,
+                                         const sql::NetworkTimeouts& timeouts) {
+  auto wrapped = std::make_unique<PgConnection>(internal::open_native(conninfo, timeouts), true);
   wrapped->take_notices();
   return wrapped;
 }

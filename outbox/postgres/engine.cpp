@@ -1,6 +1,7 @@
 #include "outbox/postgres/engine.hpp"
 
 #include "outbox/postgres/driver.hpp"
+#include "outbox/postgres/notifications.hpp"
 #include "outbox/postgres/store.hpp"
 #include "outbox/postgres/stream.hpp"
 
@@ -58,6 +59,12 @@ const sql::Engine& engine() {
             }
           },
       .unlock_migrations = sql::finish_transaction,
+      .make_change_watcher =
+          [](const std::string& url, const std::string& table,
+             const sql::NetworkTimeouts& timeouts) -> std::unique_ptr<ChangeWatcher> {
+        return std::make_unique<NotificationWatcher>(
+            NotificationWatcher::Options{.conninfo = url, .table = table, .timeouts = timeouts});
+      },
   };
   return instance;
 }

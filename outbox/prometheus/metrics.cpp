@@ -46,6 +46,14 @@ struct PrometheusMetrics::Impl {
   pm::Counter& trace_context_dropped =
       counter(*registry, "outbox_trace_context_dropped_total",
               "Invalid traceparent/tracestate values the writer removed from events");
+  pm::Counter& wakeups = counter(*registry, "outbox_wakeups_total",
+                                 "Change hints (NOTIFY, data_version) that woke the poller");
+  pm::Counter& wakeups_empty =
+      counter(*registry, "outbox_wakeups_empty_total",
+              "Poll cycles a change hint started that found nothing to hand over");
+  pm::Counter& wakeup_reconnects =
+      counter(*registry, "outbox_wakeup_reconnects_total",
+              "Times a change watcher connected again after losing its connection");
   pm::Family<pm::Gauge>& depth = pm::BuildGauge()
                                      .Name("outbox_queue_depth")
                                      .Help("Events waiting in the dispatcher's queues")
@@ -197,6 +205,15 @@ void PrometheusMetrics::increment_dispatch_dead() {
 }
 void PrometheusMetrics::increment_trace_context_dropped() {
   impl_->trace_context_dropped.Increment();
+}
+void PrometheusMetrics::increment_wakeup() {
+  impl_->wakeups.Increment();
+}
+void PrometheusMetrics::increment_wakeup_empty() {
+  impl_->wakeups_empty.Increment();
+}
+void PrometheusMetrics::increment_wakeup_reconnect() {
+  impl_->wakeup_reconnects.Increment();
 }
 
 void PrometheusMetrics::increment_status_update_failure() {

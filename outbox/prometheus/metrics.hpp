@@ -32,6 +32,10 @@ class PrometheusMetrics final : public MetricsExporter {
   void increment_dispatch_dead() override;
   void increment_status_update_failure() override;
   void increment_trace_context_dropped() override;
+  /// outbox_wakeups_total, outbox_wakeups_empty_total, outbox_wakeup_reconnects_total.
+  void increment_wakeup() override;
+  void increment_wakeup_empty() override;
+  void increment_wakeup_reconnect() override;
   void record_queue_depths(int hot, int cold) override;
   void record_oldest_lag_ms(std::int64_t lag_ms) override;
   /// outbox_lease_held{name} (1/0) and outbox_lease_epoch{name}.

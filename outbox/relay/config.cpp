@@ -354,6 +354,22 @@ RelayConfig read(const toml::table& root, const std::string& source) {
   if (c.poller.owner.size() > 128) {
     poller.fail(*poller.get("owner"), "poller.owner must be at most 128 bytes");
   }
+  if (auto wakeup = poller.string("wakeup")) {
+    using W = RelayConfig::Poller::Wakeup;
+    static const std::pair<std::string_view, W> kWakeups[] = {{"auto", W::Auto},
+                                                              {"listen", W::Listen},
+                                                              {"data_version", W::DataVersion},
+                                                              {"adaptive", W::Adaptive},
+                                                              {"off", W::Off}};
+    const auto* it = std::find_if(std::begin(kWakeups), std::end(kWakeups),
+                                  [&](const auto& w) { return w.first == *wakeup; });
+    if (it == std::end(kWakeups)) {
+      poller.fail(*poller.get("wakeup"), "poller.wakeup '" + *wakeup +
+                                             "' is not one of auto, listen, data_version, "
+                                             "adaptive, off");
+    }
+    c.poller.wakeup = it->second;
+  }
   poller.finish();
 
   TableReader d(sub_table(top, "dispatcher"), "dispatcher", source);

@@ -97,6 +97,11 @@ struct RelayConfig {
     int batch = 200;
     std::chrono::milliseconds lock_expiry{30000};
     std::string owner;  ///< empty: host name, process id and a random part
+    /// How a poll starts before its interval: Listen (PostgreSQL LISTEN for writers' NOTIFY),
+    /// DataVersion (SQLite: another connection committed), Adaptive (10 ms after a cycle that
+    /// found work, doubling back to the interval), Off; Auto picks the engine's (MariaDB:
+    /// Adaptive).
+    enum class Wakeup { Auto, Listen, DataVersion, Adaptive, Off } wakeup = Wakeup::Auto;
   } poller;
   struct Dispatcher {
     int workers = 16;

@@ -18,6 +18,7 @@ table = "events_out"
 interval = "250ms"
 batch = 500
 lock_expiry = "1m"
+wakeup = "adaptive"
 
 [dispatcher]
 workers = 32
@@ -65,6 +66,7 @@ TEST(RelayConfig, ParsesEveryTableWithDefaultsAndEnvironment) {
   EXPECT_EQ(c.poller.interval, 250ms);
   EXPECT_EQ(c.poller.batch, 500);
   EXPECT_EQ(c.poller.lock_expiry, 60s);
+  EXPECT_EQ(c.poller.wakeup, RelayConfig::Poller::Wakeup::Adaptive);
   EXPECT_EQ(c.dispatcher.workers, 32);
   EXPECT_EQ(c.dispatcher.batch, 250);
   EXPECT_EQ(c.dispatcher.max_attempts, 5);
@@ -93,7 +95,7 @@ TEST(RelayConfig, ParsesEveryTableWithDefaultsAndEnvironment) {
   EXPECT_EQ(kafka->properties.at("batch.num.messages"), "1000");
   ASSERT_EQ(c.routes.size(), 2u);
   EXPECT_EQ(c.routes[0].target, "{event_type}-out-0");
-  EXPECT_EQ(c.routes[0].line, 37);
+  EXPECT_EQ(c.routes[0].line, 38);
   EXPECT_EQ(c.routes[1].event_type, "*");
 }
 
@@ -118,6 +120,8 @@ TEST(RelayConfig, ErrorsNameTheLine) {
   expect_error(head + route + "[poller]\ninterval = 5\n", "8:", "duration string");
   expect_error(head + route + "[poller]\ninterval = \"5 parsecs\"\n", "8:", "not a duration");
   expect_error(head + route + "[dispatcher]\nworkers = 0\n", "8:", "between 1 and 1024");
+  expect_error(head + route + "[poller]\nwakeup = \"notify\"\n",
+               "8:", "'notify' is not one of auto, listen, data_version, adaptive, off");
   expect_error(head + "[[routes]]\npublisher = \"kafak\"\n", "5:", "'kafak' is not a [publishers");
   expect_error(head + "[[routes]]\npublisher = \"p\"\ntarget = \"{evnt_type}\"\n",
                "5:", "unknown placeholder {evnt_type}");
@@ -297,6 +301,7 @@ TEST(RelayConfig, GroupsAndTheFailurePolicyOfRoutes) {
   const auto defaults = parse_config(head + "[[routes]]\npublisher = \"p\"\n");
   EXPECT_TRUE(defaults.groups.enabled);
   EXPECT_FALSE(defaults.groups.configured);
+  EXPECT_EQ(defaults.poller.wakeup, RelayConfig::Poller::Wakeup::Auto);
   EXPECT_EQ(defaults.groups.max_concurrent_groups, 64);
   EXPECT_EQ(defaults.routes[0].on_failure, "block");
   const auto c = parse_config(head +

@@ -35,6 +35,10 @@
 namespace outbox::relay {
 namespace {
 
+// poller.wakeup = "adaptive": the first wait after a cycle that found work. Doubling back to a
+// 500 ms interval takes 6 cycles, so an idle relay costs little more than plain polling.
+constexpr std::chrono::milliseconds kAdaptiveFloor{10};
+
 std::shared_ptr<Publisher> make_publisher(const PublisherConfig& p,
                                           std::shared_ptr<prometheus::PrometheusMetrics> metrics) {
   switch (p.type) {
@@ -135,6 +139,8 @@ struct Relay::Impl {
   std::unique_ptr<StreamMode> stream_mode;             // none without [[subscriptions]]
   std::unique_ptr<OutboxPurgeScheduler> stream_purge;  // purge without [[routes]]
   std::unique_ptr<AdminServer> admin;
+  const sql::Engine* engine = nullptr;                                    // database.url's
+  RelayConfig::Poller::Wakeup wakeup = RelayConfig::Poller::Wakeup::Off;  // poller.wakeup resolved
   std::mutex lifecycle_mutex;  // guards started/stopped transitions
   bool started = false, stopped = false;
 
@@ -205,6 +211,10 @@ struct Relay::Impl {
                        .max_batch_size = static_cast<std::size_t>(config.dispatcher.batch)},
         .poller = {.batch_size = config.poller.batch, .interval = config.poller.interval},
     };
+    o.poller.change_watcher = change_watcher(d.table);
+    if (wakeup == RelayConfig::Poller::Wakeup::Adaptive) {
+      o.poller.adaptive_floor = std::min(kAdaptiveFloor, config.poller.interval);
+    }
     if (config.purge.enabled) {
       auto conn = pool->acquire();
       o.purge.purger = detect_purger(*conn, d.table);
@@ -232,6 +242,37 @@ struct Relay::Impl {
       }
       d.outbox = std::make_unique<Outbox>(Outbox::multi_node(std::move(o)));
     }
+  }
+
+  // poller.wakeup for this engine: Auto becomes what the engine has; one it lacks is refused.
+  void resolve_wakeup() {
+    using W = RelayConfig::Poller::Wakeup;
+    const bool postgres = engine->name == "postgres", sqlite = engine->name == "sqlite";
+    wakeup = config.poller.wakeup;
+    if (wakeup == W::Auto) {
+      wakeup = postgres ? W::Listen : sqlite ? W::DataVersion : W::Adaptive;
+    }
+    if ((wakeup == W::Listen && !postgres) || (wakeup == W::DataVersion && !sqlite)) {
+      throw ConfigError(
+          std::string("poller.wakeup = \"") +
+          (wakeup == W::Listen ? "listen\" needs PostgreSQL" : "data_version\" needs SQLite") +
+          "; this database is " + std::string(engine->name) +
+          " (use \"auto\", \"adaptive\" or \"off\")");
+    }
+  }
+
+  // A watcher of `table` when poller.wakeup asks for one (each poller and the subscriptions get
+  // their own: a watcher wakes one component).
+  std::unique_ptr<ChangeWatcher> change_watcher(const std::string& table) const {
+    using W = RelayConfig::Poller::Wakeup;
+    if ((wakeup != W::Listen && wakeup != W::DataVersion) || !engine->make_change_watcher) {
+      return nullptr;
+    }
+    return engine->make_change_watcher(
+        config.database.url, table,
+        sql::NetworkTimeouts{.connect = config.database.connect_timeout,
+                             .keepalive_idle = config.database.keepalive_idle,
+                             .io = config.database.io_timeout});
   }
 
   bool delivers_groups() const {
@@ -487,7 +528,9 @@ Relay::Relay(RelayConfig config, std::shared_ptr<PublishSpanHook> spans)
       impl_->leases = impl_->make_leases(impl_->lease_store, impl_->metrics);
       store_options.fence = impl_->leases->fence("leader");
     }
-    impl_->store = engine_for(conn->dialect()).make_store(store_options);
+    impl_->engine = &engine_for(conn->dialect());
+    impl_->resolve_wakeup();
+    impl_->store = impl_->engine->make_store(store_options);
     check_table(*conn, *impl_->store, c.database.table);
     if (impl_->leases) {
       try {
@@ -542,9 +585,10 @@ Relay::Relay(RelayConfig config, std::shared_ptr<PublishSpanHook> spans)
     impl_->stream_leases = impl_->leases ? impl_->leases
                            : same_table  ? same_table
                                          : impl_->make_leases(impl_->lease_store, impl_->metrics);
-    impl_->stream_mode = std::make_unique<StreamMode>(
-        c, impl_->pool, detect_stream_store(*conn, c.database.table), impl_->lease_store,
-        impl_->stream_leases, impl_->publishers, impl_->metrics);
+    impl_->stream_mode =
+        std::make_unique<StreamMode>(c, impl_->pool, detect_stream_store(*conn, c.database.table),
+                                     impl_->lease_store, impl_->stream_leases, impl_->publishers,
+                                     impl_->metrics, impl_->change_watcher(c.database.table));
   }
   if (c.admin.enabled) {
     impl_->build_admin();

@@ -2,7 +2,9 @@
 
 #include <mutex>
 #include <set>
+#include <utility>
 
+#include "outbox/change_watcher.hpp"
 #include "outbox/internal/periodic_worker.hpp"
 #include "outbox/lease_manager.hpp"
 #include "outbox/log.hpp"
@@ -25,7 +27,8 @@ struct StreamMode::Impl {
   std::shared_ptr<LeaseStore> lease_store;
   std::shared_ptr<prometheus::PrometheusMetrics> metrics;
   std::unique_ptr<SubscriptionRunner> runner;
-  mutable std::mutex lagging_mutex;  // guards lagging
+  std::unique_ptr<ChangeWatcher> watcher;  // none: the subscriptions poll on their schedule
+  mutable std::mutex lagging_mutex;        // guards lagging
   std::set<std::string, std::less<>> lagging;
   std::set<std::string, std::less<>> exported;        // the monitor thread's own: names with gauges
   std::unique_ptr<internal::PeriodicWorker> monitor;  // last: stopped first
@@ -99,8 +102,10 @@ StreamMode::StreamMode(const RelayConfig& config, std::shared_ptr<sql::Connectio
                        std::shared_ptr<StreamStore> stream, std::shared_ptr<LeaseStore> lease_store,
                        std::shared_ptr<LeaseManager> leases,
                        const std::map<std::string, std::shared_ptr<Publisher>>& publishers,
-                       std::shared_ptr<prometheus::PrometheusMetrics> metrics)
+                       std::shared_ptr<prometheus::PrometheusMetrics> metrics,
+                       std::unique_ptr<ChangeWatcher> watcher)
     : impl_(std::make_unique<Impl>()) {
+  impl_->watcher = std::move(watcher);
   impl_->config = config;
   impl_->pool = pool;
   impl_->stream = stream;
@@ -152,9 +157,22 @@ StreamMode::~StreamMode() {
 void StreamMode::start() {
   impl_->runner->start();
   impl_->monitor->start();
+  if (impl_->watcher) {
+    impl_->watcher->start([impl = impl_.get(), first = true](ChangeWatcher::Signal s) mutable {
+      if (s == ChangeWatcher::Signal::Changed) {
+        impl->metrics->increment_wakeup();
+      } else if (!std::exchange(first, false)) {
+        impl->metrics->increment_wakeup_reconnect();
+      }
+      impl->runner->wake();
+    });
+  }
 }
 
 void StreamMode::close() {
+  if (impl_->watcher) {
+    impl_->watcher->close();  // first: it wakes the runner
+  }
   impl_->monitor->close();
   impl_->runner->close();
 }

@@ -15,6 +15,7 @@ class LeaseManager;
 class LeaseStore;
 class Publisher;
 class StreamStore;
+class ChangeWatcher;
 namespace sql {
 class ConnectionPool;
 }
@@ -28,12 +29,14 @@ namespace outbox::relay {
 /// Thread-safe. Needs schema version 4.
 class StreamMode {
  public:
-  /// `leases` spreads the subscriptions over the relays (started and closed by the caller).
+  /// `leases` spreads the subscriptions over the relays (started and closed by the caller);
+  /// `watcher` (may be null) wakes the subscriptions when other connections commit.
   StreamMode(const RelayConfig& config, std::shared_ptr<sql::ConnectionPool> pool,
              std::shared_ptr<StreamStore> stream, std::shared_ptr<LeaseStore> lease_store,
              std::shared_ptr<LeaseManager> leases,
              const std::map<std::string, std::shared_ptr<Publisher>>& publishers,
-             std::shared_ptr<prometheus::PrometheusMetrics> metrics);
+             std::shared_ptr<prometheus::PrometheusMetrics> metrics,
+             std::unique_ptr<ChangeWatcher> watcher = nullptr);
   ~StreamMode();
 
   /// Checks the stream (StreamError: e.g. a restored PostgreSQL database), creates or updates the

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "outbox/change_watcher.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/sql_store.hpp"
 #include "outbox/stream.hpp"
@@ -47,6 +48,11 @@ struct Engine {
   /// where DDL is transactional); unlock_migrations ends both, committing or not.
   void (*lock_migrations)(Connection& conn);
   void (*unlock_migrations)(Connection& conn, bool commit);
+  /// What tells a poller of `table` that other connections committed (PostgreSQL LISTEN, SQLite
+  /// data_version); nullptr when the engine has none (MariaDB: poll adaptively instead).
+  std::unique_ptr<ChangeWatcher> (*make_change_watcher)(const std::string& url,
+                                                        const std::string& table,
+                                                        const NetworkTimeouts& timeouts) = nullptr;
 };
 
 /// Commits or rolls back `conn`'s transaction: unlock_migrations of engines whose lock is the

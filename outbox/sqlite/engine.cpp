@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include "outbox/sqlite/data_version_watcher.hpp"
 #include "outbox/sqlite/driver.hpp"
 #include "outbox/sqlite/store.hpp"
 #include "outbox/sqlite/stream.hpp"
@@ -47,6 +48,12 @@ const sql::Engine& engine() {
       // (BEGIN IMMEDIATE).
       .lock_migrations = [](sql::Connection& conn) { conn.begin(); },
       .unlock_migrations = sql::finish_transaction,
+      // The table does not matter: any commit to the file moves data_version.
+      .make_change_watcher = [](const std::string& url, const std::string& /*table*/,
+                                const sql::NetworkTimeouts&) -> std::unique_ptr<ChangeWatcher> {
+        return std::make_unique<DataVersionWatcher>(
+            DataVersionWatcher::Options{.path = url.substr(9)});
+      },
   };
   return instance;
 }

@@ -47,6 +47,9 @@ class TableMetrics final : public MetricsExporter {
   void increment_status_update_failure() override {
     gauges_->target().increment_status_update_failure();
   }
+  void increment_wakeup() override { gauges_->target().increment_wakeup(); }
+  void increment_wakeup_empty() override { gauges_->target().increment_wakeup_empty(); }
+  void increment_wakeup_reconnect() override { gauges_->target().increment_wakeup_reconnect(); }
   void record_queue_depths(int hot, int cold) override {
     gauges_->record_queue_depths(slot_, hot, cold);
   }
