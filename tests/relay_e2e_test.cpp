@@ -614,7 +614,7 @@ target = ")" + http.url("/hooks") +
 TEST_F(RelayE2ECli, StatusDeadReplayPurgeAndConfigErrors) {
   auto again = run_cli(dir, "migrate --db " + url);
   EXPECT_EQ(again.exit_code, 0);
-  EXPECT_NE(again.out.find("already at schema version 6"), std::string::npos);
+  EXPECT_NE(again.out.find("already at schema version 7"), std::string::npos);
 
   std::vector<EventEnvelope> events;
   for (int i = 0; i < 4; ++i) {

@@ -24,6 +24,7 @@
 #include "outbox/log.hpp"
 #include "outbox/purge.hpp"
 #include "outbox/relay/config.hpp"
+#include "outbox/relay/debezium_config.hpp"
 #include "outbox/relay/operations.hpp"
 #include "outbox/relay/relay.hpp"
 #include "stream_commands.hpp"
@@ -222,6 +223,15 @@ int main(int argc, char** argv) {
   add_db_options(*purge_cmd, purge_db);
   purge_cmd->add_option("--older-than", older_than, "e.g. 7d, 12h, 30m")->required();
 
+  std::string dbz_config, dbz_url, dbz_table;
+  auto* dbz_cmd = app.add_subcommand(
+      "debezium-config",
+      "print the Debezium connector (outbox event router) that delivers a table as the relay's "
+      "routes would");
+  dbz_cmd->add_option("--config,-c", dbz_config, "relay configuration file (TOML)")->required();
+  dbz_cmd->add_option("--db", dbz_url, "database URL (default: the configuration's database.url)");
+  dbz_cmd->add_option("--table", dbz_table, "outbox table (default: database.table)");
+
   cli::StreamCommands stream_commands(app);
   cli::GroupCommands group_commands(app);
 
@@ -253,6 +263,19 @@ int main(int argc, char** argv) {
         std::printf("%s: already at schema version %d\n", migrate_db.table.c_str(), r.to);
       } else {
         std::printf("%s: schema version %d -> %d\n", migrate_db.table.c_str(), r.from, r.to);
+      }
+      return 0;
+    }
+    if (dbz_cmd->parsed()) {
+      const auto config = relay::load_config(dbz_config);
+      const auto url = dbz_url.empty() ? config.database.url : dbz_url;
+      const auto table = dbz_table.empty() ? config.database.table : dbz_table;
+      auto pool = open_pool(url, 1, false);
+      const auto source = relay::debezium_source(*pool->acquire(), url, table);
+      const auto connector = relay::debezium_connector(config, source);
+      std::fputs(connector.json.c_str(), stdout);
+      for (const auto& note : connector.notes) {
+        std::fprintf(stderr, "note: %s\n", note.c_str());
       }
       return 0;
     }

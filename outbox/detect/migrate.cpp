@@ -95,6 +95,11 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
   if (result.from < 6) {
     engine.create_writer_defaults(conn, table);
   }
+  // Version 7: the tracingspancontext column (Debezium's outbox event router reads the trace
+  // context there).
+  if (result.from < 7) {
+    engine.create_tracing_column(conn, table);
+  }
   if (result.from == 0) {
     // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)
     // still cannot fail on the key.

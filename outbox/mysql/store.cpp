@@ -137,6 +137,12 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   create_stream_schema(conn, table);
   create_group_schema(conn, table);
   create_writer_defaults(conn, table);
+  create_tracing_column(conn, table);
+}
+
+void create_tracing_column(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  conn.execute("ALTER TABLE " + table + " ADD COLUMN IF NOT EXISTS tracingspancontext TEXT NULL");
 }
 
 void create_writer_defaults(sql::Connection& conn, const std::string& table) {

@@ -22,6 +22,10 @@ void create_group_schema(sql::Connection& conn, const std::string& table = "outb
 /// available_at and created_at now): schema version 6, also made by create_schema. Throws
 /// outbox::StoreError, std::invalid_argument on a bad table name.
 void create_writer_defaults(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Adds the tracingspancontext column Debezium's outbox event router reads the trace from (schema
+/// version 7, also made by create_schema). Throws outbox::StoreError, std::invalid_argument on a
+/// bad table name.
+void create_tracing_column(sql::Connection& conn, const std::string& table = "outbox_event");
 
 /// The MariaDB/MySQL dialect: DATETIME(6) in UTC, JSON columns, `?` parameters, generated
 /// pending_at / terminal_at columns as the pending and terminal indexes.

@@ -43,6 +43,8 @@ struct Engine {
   void (*create_group_schema)(Connection& conn, const std::string& table);
   /// Gives outside writers' minimal inserts their defaults (schema version 6).
   void (*create_writer_defaults)(Connection& conn, const std::string& table);
+  /// Adds the tracingspancontext column if missing (schema version 7).
+  void (*create_tracing_column)(Connection& conn, const std::string& table);
   std::shared_ptr<StreamStore> (*make_stream_store)(const std::string& table);
   /// Serializes migrations of one database: takes a lock (and begins the migration's transaction
   /// where DDL is transactional); unlock_migrations ends both, committing or not.

@@ -4,16 +4,36 @@
 #include <limits>
 
 #include "outbox/errors.hpp"
+#include "outbox/internal/ascii.hpp"
 #include "outbox/internal/event_row.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/lease_store.hpp"
 #include "outbox/sql/stream_store.hpp"
+#include "outbox/trace_context.hpp"
 
 namespace outbox::sql {
 namespace {
 
 constexpr std::size_t kInsertChunk = 500;  // rows per INSERT: far below every engine's limits
 constexpr std::size_t kIdChunk = 500;      // ids per IN (…) list
+
+// The trace context as Debezium's outbox event router reads it from tracingspancontext: the text
+// of a java.util.Properties ("traceparent=…\ntracestate=…\n"); NULL without a traceparent.
+Value tracing_span_context(const EventEnvelope& e) {
+  std::string text;
+  for (const auto name : {kTraceparentHeader, kTracestateHeader}) {
+    for (const auto& [key, value] : e.headers()) {
+      if (internal::iequals(key, name)) {
+        text += std::string(name) + "=" + value + "\n";
+        break;
+      }
+    }
+    if (text.empty()) {
+      break;  // a tracestate alone is no context
+    }
+  }
+  return text.empty() ? Value(std::monostate{}) : Value(std::move(text));
+}
 
 int to_int(std::int64_t n) {
   return static_cast<int>(n);
@@ -140,6 +160,16 @@ void SqlOutboxStore::insert_chunk(Connection& conn, const EventEnvelope* events,
                                   const std::optional<std::string>* headers, std::size_t count,
                                   std::string_view lock_owner, Timestamp claimed_at) {
   const bool bytes_column = dialect_.has_bytes_column();
+  const bool debezium = options_.debezium.has_value();
+  if (debezium) {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!events[i].has_json_payload()) {
+        throw std::invalid_argument("event " + events[i].event_id() +
+                                    ": a table Debezium reads takes JSON payloads only (its outbox "
+                                    "event router reads one payload column)");
+      }
+    }
+  }
   // Only a chunk that has tags names their column: writers that use none keep working on a table
   // not yet migrated to schema version 4.
   std::vector<std::optional<std::string>> tags;
@@ -159,7 +189,7 @@ void SqlOutboxStore::insert_chunk(Connection& conn, const EventEnvelope* events,
   s.sql("INSERT INTO " + options_.table +
         " (event_id, event_type, aggregate_type, aggregate_id, tenant_id, payload, " +
         (bytes_column ? "payload_bytes, " : "") + (tags.empty() ? "" : "tags, ") +
-        (groups ? "message_group, partition_no, " : "") +
+        (groups ? "message_group, partition_no, " : "") + (debezium ? "tracingspancontext, " : "") +
         "headers, status, attempts, available_at, created_at, locked_by, locked_at) VALUES ");
   const std::string fresh = "," + status_sql(EventStatus::New) + ",0,";
   for (std::size_t i = 0; i < count; ++i) {
@@ -189,6 +219,9 @@ void SqlOutboxStore::insert_chunk(Connection& conn, const EventEnvelope* events,
         s.sql(",NULL,NULL");
       }
     }
+    if (debezium) {
+      s.sql(",").param(tracing_span_context(e));
+    }
     s.sql(",").param(text_or_null(headers[i]), "jsonb").sql(fresh);
     const auto created = to_micros(e.occurred_at());
     const auto available = e.available_at() ? to_micros(*e.available_at()) : created;
@@ -207,6 +240,16 @@ void SqlOutboxStore::insert_chunk(Connection& conn, const EventEnvelope* events,
     }
   }
   s.execute(conn);
+  if (debezium && options_.debezium->delete_after_insert) {
+    std::vector<std::string> ids;
+    ids.reserve(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      ids.push_back(events[i].event_id());
+    }
+    Statement d = statement();
+    d.sql("DELETE FROM " + options_.table + " WHERE").ids_in("event_id", ids, 0, ids.size());
+    d.execute(conn);
+  }
 }
 
 int SqlOutboxStore::mark_done(Connection& conn, std::string_view event_id, Timestamp now,

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "outbox/json_codec.hpp"
@@ -31,6 +32,16 @@ struct StoreOptions {
   /// The outbox table whose lease table holds the fence's lease; empty: `table`. (A relay
   /// draining several tables fences them all on the lease of the first.)
   std::string fence_table;
+  /// Rows for Debezium's outbox event router instead of our relay (docs/debezium.md; tables a
+  /// writer_only Outbox writes): inserts also fill tracingspancontext (schema version 7) from the
+  /// traceparent and tracestate headers, and refuse binary payloads (std::invalid_argument: the
+  /// router reads one payload column).
+  struct Debezium {
+    /// Deletes the rows again right after inserting them, in the same transaction: the table stays
+    /// empty while the change stream keeps the inserts (the router drops deletes).
+    bool delete_after_insert = false;
+  };
+  std::optional<Debezium> debezium;
 };
 
 /// OutboxStore over `dialect` (which must outlive the store). Every method but the claim and the

@@ -41,6 +41,8 @@ const sql::Engine& engine() {
           [](sql::Connection& conn, const std::string& table) {
             create_writer_defaults(conn, table);
           },
+      .create_tracing_column = [](sql::Connection& conn,
+                                  const std::string& table) { create_tracing_column(conn, table); },
       .make_stream_store = [](const std::string& table) -> std::shared_ptr<StreamStore> {
         return std::make_shared<SqliteStreamStore>(table);
       },

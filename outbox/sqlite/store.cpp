@@ -169,6 +169,14 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   create_stream_schema(conn, table);
   create_group_schema(conn, table);
   create_writer_defaults(conn, table);
+  create_tracing_column(conn, table);
+}
+
+void create_tracing_column(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  if (!has_column(conn, table, "tracingspancontext")) {
+    conn.execute("ALTER TABLE " + table + " ADD COLUMN tracingspancontext TEXT");
+  }
 }
 
 void create_writer_defaults(sql::Connection& conn, const std::string& table) {

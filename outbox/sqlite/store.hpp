@@ -28,6 +28,10 @@ void create_stream_schema(sql::Connection& conn, const std::string& table = "out
 /// table's definition is edited in place (no copy). Throws outbox::StoreError (also when a
 /// column's definition is not the one create_schema wrote), std::invalid_argument on a bad name.
 void create_writer_defaults(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Adds the tracingspancontext column Debezium's outbox event router reads the trace from (schema
+/// version 7, also made by create_schema). Throws outbox::StoreError, std::invalid_argument on a
+/// bad table name.
+void create_tracing_column(sql::Connection& conn, const std::string& table = "outbox_event");
 
 /// The SQLite dialect: INTEGER microseconds, one payload column (text or blob), `?` parameters,
 /// no server clock.

@@ -21,8 +21,9 @@ inline CommandResult run_sql_client(const TempDir& dir, const std::string& engin
   std::ofstream(script) << sql;
   std::string command;
   if (engine == "sqlite") {
-    command =
-        "sqlite3 -bail '" + url.substr(std::string("sqlite://").size()) + "' < '" + script + "'";
+    // As every writer beside a relay should: wait for the write lock instead of failing at once.
+    command = "sqlite3 -bail -cmd '.timeout 10000' '" +
+              url.substr(std::string("sqlite://").size()) + "' < '" + script + "'";
   } else if (engine == "postgres") {
     command = "psql -X -q -v ON_ERROR_STOP=1 '" + url + "' -f '" + script + "'";
   } else {
