@@ -62,7 +62,7 @@ class RelayE2E : public testing::RelayDatabaseTest {
     }
     testing::CommandResult migrated;
     table_ = migrate_table("relay", "outbox_event", &migrated);
-    ASSERT_NE(migrated.out.find("schema version 0 -> 6"), std::string::npos) << migrated.out;
+    ASSERT_NE(migrated.out.find("schema version 0 -> 7"), std::string::npos) << migrated.out;
     pool_ = open_pool(url_, 2);
     store_ = detect_store(*pool_->acquire(), table_);
   }
