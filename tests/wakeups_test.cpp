@@ -124,6 +124,31 @@ TEST_P(Wakeups, CommitsOfAnotherProcessAreDeliveredWithoutWaitingForThePollInter
   EXPECT_EQ(metric(port, "outbox_wakeup_reconnects_total"), 0);
 }
 
+TEST_P(Wakeups, SubscriptionsAreWokenByCommitsOfAnotherProcessToo) {
+  if (GetParam() == "mysql") {
+    GTEST_SKIP() << "MariaDB has no cross-process hint";
+  }
+  std::string config = "[database]\nurl = \"" + url_ + "\"\ntable = \"" + table_ + "\"\n";
+  config += "[admin]\nport = 0\n[publishers.hook]\ntype = \"http\"\n";
+  config += "[[subscriptions]]\nname = \"audit\"\npublisher = \"hook\"\ntarget = \"" +
+            http_.url("/audit") + "\"\ninterval = \"1h\"\nbackoff_max = \"1h\"\n";
+  RelayProcess relay(dir_, config, "stream-relay");
+  const int port = relay.admin_port();
+  ASSERT_GT(port, 0) << relay.log();
+  // The first row shows the subscription running (its lease held, its first reads done); each
+  // later one reaches it only through a hint.
+  commit_row("01JWAKESTREAM0000000000001");
+  ASSERT_TRUE(wait_until([&] { return received("01JWAKESTREAM0000000000001"); })) << relay.log();
+  for (int n = 2; n <= 4; ++n) {
+    const std::string id = "01JWAKESTREAM000000000000" + std::to_string(n);
+    commit_row(id);
+    ASSERT_TRUE(wait_until([&] { return received(id); }))
+        << "event " << n << " waits for the hour-long poll interval\n"
+        << relay.log();
+  }
+  EXPECT_GE(metric(port, "outbox_wakeups_total"), 3);
+}
+
 TEST_P(Wakeups, AListenerWhoseConnectionIsKilledListensAgainAndPollsForWhatItMissed) {
   if (GetParam() != "postgres") {
     GTEST_SKIP() << "LISTEN is PostgreSQL's";
