@@ -14,6 +14,11 @@
 #include "outbox/store.hpp"
 
 namespace outbox {
+namespace {
+
+constexpr std::chrono::milliseconds kNoCapacityRetryMax{100};
+
+}  // namespace
 
 bool DispatcherPollerHandler::handle(const EventEnvelope& event, int attempts) {
   return handle_grouped(event, attempts, -1);
@@ -169,8 +174,10 @@ std::chrono::milliseconds OutboxPoller::next_wait() const {
       case CycleResult::FullBatch:
         return std::chrono::milliseconds(0);
       case CycleResult::NoCapacity:
-        // The cold queue is full: look again soon rather than a whole interval later.
-        return std::clamp(options_.interval / 10, std::chrono::milliseconds(1), options_.interval);
+        // The cold queue is full: look again soon rather than a whole interval later (nothing
+        // wakes the poller when room frees up, and with wake-ups the interval may be an hour).
+        return std::clamp(options_.interval / 10, std::chrono::milliseconds(1),
+                          std::min(options_.interval, kNoCapacityRetryMax));
       case CycleResult::Partial:
         if (options_.adaptive_floor.count() > 0) {
           auto wait = options_.adaptive_floor;  // below the interval, so doubling cannot overflow

@@ -149,7 +149,8 @@ class OutboxPoller {
   /// The claim owner in use (empty without claim locking).
   const std::string& owner() const noexcept { return owner_; }
   /// The wait before the next background cycle: none after a full batch (a backlog is drained
-  /// without pauses), a tenth of the interval when the handler had no capacity, otherwise the
+  /// without pauses), a tenth of the interval (at most 100 ms) when the handler had no
+  /// capacity, otherwise the
   /// interval (with adaptive_floor: the floor doubled per cycle without work since the last one
   /// with, up to the interval) — doubled per consecutive failed cycle up to 16 intervals, at most
   /// 30 s (never less than one interval).

@@ -289,6 +289,19 @@ TEST_F(PollerTest, AdaptiveWaitsStartAtTheFloorAfterWorkAndDoubleBackToTheInterv
   EXPECT_EQ(p.next_wait(), 10ms);  // work again: back to the floor
 }
 
+TEST_F(PollerTest, AFullQueueIsLookedAtAgainWithinATenthOfTheIntervalAndAtMost100Ms) {
+  handler->capacity = 0;
+  auto o = options();
+  o.interval = 500ms;
+  OutboxPoller short_interval(o);
+  short_interval.poll();
+  EXPECT_EQ(short_interval.next_wait(), 50ms);
+  o.interval = 1h;  // with wake-ups: nothing else would look again when room frees up
+  OutboxPoller long_interval(o);
+  long_interval.poll();
+  EXPECT_EQ(long_interval.next_wait(), 100ms);
+}
+
 // Hints by hand, as a LISTEN connection or a data_version reader gives them.
 class ManualWatcher final : public ChangeWatcher {
  public:

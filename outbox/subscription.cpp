@@ -138,6 +138,15 @@ void SubscriptionRunner::wake() {
   }
 }
 
+void SubscriptionRunner::poll_now() {
+  for (auto& w : workers_) {
+    w->poll_now();
+  }
+  if (background_->sequencer) {
+    background_->sequencer->wake();
+  }
+}
+
 std::shared_ptr<WriterHook> SubscriptionRunner::writer_hook() {
   class Wake final : public WriterHook {
    public:

@@ -96,8 +96,11 @@ class SubscriptionRunner {
   /// (and the sequencer's). Throws StoreError, StreamError (see StreamStore::check). The check is
   /// made again every 5 s: while it fails, no subscription reads (their views say why).
   void start();
-  /// Ends every idle wait now: new events were committed.
+  /// Ends every idle wait now: new events were committed. A subscription waiting out the retry
+  /// delay of a failed publication keeps waiting (then reads at once).
   void wake();
+  /// Ends every wait now, retry delays too: an operator changed subscriptions (rewind, reset).
+  void poll_now();
   /// A writer hook that calls wake() after each commit of events: give it to the OutboxWriter of
   /// this process, so its subscriptions do not wait for their poll. The runner must outlive it.
   std::shared_ptr<WriterHook> writer_hook();

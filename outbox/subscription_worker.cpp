@@ -1,6 +1,7 @@
 #include "outbox/internal/subscription_worker.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
@@ -47,6 +48,11 @@ SubscriptionRunner::View SubscriptionRunner::Worker::view() const {
 void SubscriptionRunner::Worker::tick() {
   milliseconds wait = sub_.schedule.poll_interval;
   std::string waiting;
+  retrying_ = false;
+  {
+    std::lock_guard lock(mutex_);
+    polled_now_ = false;  // from now on, a poll_now() comes during this attempt
+  }
   try {
     wait = run_once(waiting);
   } catch (const std::exception& e) {
@@ -56,6 +62,13 @@ void SubscriptionRunner::Worker::tick() {
   std::lock_guard lock(mutex_);
   waiting_ = std::move(waiting);
   wait_ = wait;
+  // An operator's poll_now() during the attempt wins over its retry delay.
+  const bool hold = retrying_ && !std::exchange(polled_now_, false);
+  retry_at_ =
+      hold ? std::chrono::steady_clock::now() + wait : std::chrono::steady_clock::time_point{};
+  if (hold) {
+    thread_.discard_wake();  // wake-ups during the failed attempt must not cut its delay
+  }
 }
 
 milliseconds SubscriptionRunner::Worker::next_wait() {
@@ -234,6 +247,7 @@ milliseconds SubscriptionRunner::Worker::run_once(std::string& waiting) {
                                                                    : s.poll_interval;
   }
   opts.metrics->increment_subscription_failure(sub_.spec.name);
+  retrying_ = true;
   if (retry_after) {
     waiting = "publisher asked to retry later";
     return *retry_after;

@@ -374,6 +374,40 @@ TEST_P(SubscriptionRunnerTest, ACommitInThisProcessWakesASubscriptionThatWouldWa
   ASSERT_TRUE(wait_until([&] { return rec->ids().size() == 1; }));
 }
 
+// Wake-ups (a commit here, NOTIFY, data_version) can come many times a second: during a failed
+// publication's retry delay they must not turn the backoff into a busy loop; an operator's
+// poll_now() still reads at once.
+TEST_P(SubscriptionRunnerTest, WakeUpsDoNotCutAFailedPublicationsRetryDelay) {
+  auto rec = std::make_shared<Recorder>();
+  rec->failing = true;
+  SubscriptionRunner runner(SubscriptionRunner::Options{
+      .connection_provider = pool_,
+      .store = stream_,
+      .subscriptions = {{.spec = {"patient", {}, "log", ""},
+                         .publisher = rec,
+                         .schedule = {.poll_interval = std::chrono::hours(1),
+                                      .max_errors = 0,
+                                      .retry_base = std::chrono::hours(1),
+                                      .retry_max = std::chrono::hours(1)}}},
+      .sequencer_interval = std::chrono::hours(1)});
+  runner.start();
+  ASSERT_TRUE(wait_until([&] { return runner.views()[0].state.has_value(); }));
+  commit_woken(runner);
+  ASSERT_TRUE(wait_until([&] { return rec->calls() == 1; }));
+  ASSERT_TRUE(
+      wait_until([&] { return runner.views()[0].waiting.find("retrying") != std::string::npos; }));
+  for (int i = 0; i < 20; ++i) {
+    commit_woken(runner);  // each wakes the runner
+  }
+  EXPECT_EQ(rec->calls(), 1);  // before the fix: one attempt per wake-up, within milliseconds
+  rec->failing = false;
+  runner.poll_now();
+  ASSERT_TRUE(wait_until([&] { return rec->ids().size() >= 21; }))
+      << rec->ids().size() << " delivered in " << rec->calls() << " calls";
+  EXPECT_EQ(rec->ids().size(), 21u);
+  runner.close();
+}
+
 // PostgreSQL: a commit's wake-up that finds its event held back by an older open transaction
 // (any session's) reads again soon, so the event goes out once that transaction ends, not a poll
 // interval (here an hour) later.

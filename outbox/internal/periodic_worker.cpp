@@ -46,6 +46,11 @@ void PeriodicWorker::wake() {
   wake_.notify_all();
 }
 
+void PeriodicWorker::discard_wake() {
+  std::lock_guard lock(mutex_);
+  woken_ = false;
+}
+
 bool PeriodicWorker::closed() const {
   std::lock_guard lock(mutex_);
   return closed_;

@@ -27,6 +27,8 @@ class PeriodicWorker {
   void start();
   /// Ends the current wait at once (the work runs again now). Nothing before start().
   void wake();
+  /// Forgets a wake() that came while the work ran: the wait it chose must hold (a retry delay).
+  void discard_wake();
   /// Stops the thread after the work in progress. Idempotent.
   void close();
   /// True once close() was called: long work checks it to stop early.

@@ -24,9 +24,22 @@ class SubscriptionRunner::Worker final : public internal::LeaseBalancer::Item {
   const Subscription& subscription() const { return sub_; }
   const std::string& lease() const override { return lease_; }
   void start() { thread_.start(); }
-  /// Something may be readable (a commit, a sequencer run, the lease gained): read at once.
+  /// Something may be readable (a commit, a sequencer run, the lease gained): read at once,
+  /// unless a failed publication's retry delay is running (hints come at any rate: they must not
+  /// turn a backoff into a busy retry loop); the read after the delay then counts as woken.
   void wake() {
     woken_ = true;
+    std::lock_guard lock(mutex_);  // with tick(): a wake-up either precedes retry_at_ or sees it
+    if (std::chrono::steady_clock::now() >= retry_at_) {
+      thread_.wake();
+    }
+  }
+  /// Reads at once, even during a retry delay (an operator changed the subscription).
+  void poll_now() {
+    woken_ = true;
+    std::lock_guard lock(mutex_);
+    retry_at_ = {};
+    polled_now_ = true;
     thread_.wake();
   }
   void close() { thread_.close(); }
@@ -57,11 +70,14 @@ class SubscriptionRunner::Worker final : public internal::LeaseBalancer::Item {
   // Woken since the last poll that read something: an empty read then means held back.
   std::atomic<bool> woken_{false};
   int empty_polls_ = 0;       // the thread's own
-  mutable std::mutex mutex_;  // guards waiting_, state_, wait_
+  bool retrying_ = false;     // the thread's own: run_once's wait is a retry delay
+  mutable std::mutex mutex_;  // guards waiting_, state_, wait_, retry_at_, polled_now_
   std::string waiting_ = "starting";
   std::optional<SubscriptionState> state_;
   std::chrono::milliseconds wait_{0};
-  internal::PeriodicWorker thread_;  // last: stopped first
+  std::chrono::steady_clock::time_point retry_at_{};  // wake() ends no wait before it
+  bool polled_now_ = false;                           // poll_now() since the attempt began
+  internal::PeriodicWorker thread_;                   // last: stopped first
 };
 
 }  // namespace outbox

@@ -1,7 +1,11 @@
 #include "outbox/relay/debezium_config.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <regex>
 
+#include "outbox/internal/redact.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/sql/connection.hpp"
 
@@ -10,6 +14,9 @@ namespace {
 
 constexpr std::string_view kPlaceholders[] = {"event_type", "aggregate_type", "aggregate_id",
                                               "tenant_id"};
+// The router builds the topic from the routing column's value and fails on a NULL one: only
+// columns that are never NULL can route.
+constexpr std::string_view kNullable[] = {"aggregate_id", "tenant_id"};
 
 // Our columns as the headers the Kafka publisher sends (outbox/kafka/publisher.hpp); the
 // envelope's own headers travel as one JSON header (the router maps columns, not maps).
@@ -29,6 +36,16 @@ std::string java_replacement_literal(std::string_view text) {
     out += c;
   }
   return out;
+}
+
+// A MariaDB replica id of its own per database and table (FNV-1a), in 1 … 2^31 - 1: two
+// connectors with one id would take each other's binlog stream.
+std::uint32_t server_id(const DebeziumSource& s) {
+  std::uint32_t h = 2166136261u;
+  for (char c : s.database + "." + s.table) {
+    h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  }
+  return 1 + h % 2147483646u;
 }
 
 std::string where(const RouteConfig& r) {
@@ -71,13 +88,15 @@ DebeziumSource debezium_source(sql::Connection& conn, const std::string& url,
                               params)
                           .empty();
   } else {
+    // As the MariaDB driver reads it: the password runs to the last '@', the user defaults to root.
     static const std::regex kUrl(
-        "(?:mysql|mariadb)://([^:@/]+)(?::[^@]*)?@([^:/]+)(?::([0-9]+))?/([^?]+).*");
+        "(?:mysql|mariadb)://(?:([^:@/]*)(?::.*)?@)?([^:/@]+)(?::([0-9]+))?/([^?]+).*");
     std::smatch m;
     if (!std::regex_match(url, m, kUrl)) {
-      throw ConfigError("cannot read host, user and database from '" + url + "'");
+      throw ConfigError("cannot read host, user and database from '" +
+                        outbox::internal::redact_url(url) + "'");
     }
-    s.user = m[1];
+    s.user = m[1].matched && m[1].length() > 0 ? std::string(m[1]) : "root";
     s.host = m[2];
     s.port = m[3].matched ? std::stoi(m[3]) : 3306;
     s.database = m[4];
@@ -91,7 +110,9 @@ DebeziumSource debezium_source(sql::Connection& conn, const std::string& url,
   }
   if (!tracing_column) {
     throw ConfigError("table " + table +
-                      " has no tracingspancontext column: run `outbox migrate` (schema version 7)");
+                      " has no tracingspancontext column (or does not exist): run `outbox migrate "
+                      "--table " +
+                      table + "` (schema version 7)");
   }
   return s;
 }
@@ -155,6 +176,11 @@ DebeziumConnector debezium_connector(const RelayConfig& config, const DebeziumSo
   if (placeholders > 1) {
     refused.push_back(where(route) + ": target '" + route.target +
                       "' uses several placeholders; the router builds a topic from one column");
+  } else if (std::find(std::begin(kNullable), std::end(kNullable), by_field) !=
+             std::end(kNullable)) {
+    refused.push_back(where(route) + ": target '" + route.target + "' routes by " + by_field +
+                      ", which may be NULL; the router fails on an event without it (route by "
+                      "{event_type} or {aggregate_type})");
   }
   if (!refused.empty()) {
     std::string message = "the outbox event router cannot express this relay's routes:";
@@ -164,6 +190,9 @@ DebeziumConnector debezium_connector(const RelayConfig& config, const DebeziumSo
     throw ConfigError(message);
   }
 
+  std::string lower = source.table;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   DebeziumConnector out;
   std::string& j = out.json;
   j = "{\n  \"name\": ";
@@ -177,8 +206,11 @@ DebeziumConnector debezium_connector(const RelayConfig& config, const DebeziumSo
     add(j, "database.user", source.user);
     add(j, "database.password", "CHANGE_ME");
     add(j, "database.dbname", source.database);
-    add(j, "topic.prefix", "outbox");
+    add(j, "topic.prefix", "outbox_" + lower);
     add(j, "table.include.list", source.schema + "." + source.table);
+    // One slot and publication per connector: two tables' connectors must not share them.
+    add(j, "slot.name", "outbox_" + lower);
+    add(j, "publication.name", "outbox_" + lower);
     add(j, "publication.autocreate.mode", "filtered");
     out.notes.push_back(
         "PostgreSQL must run with wal_level = logical, and the user needs the REPLICATION "
@@ -189,12 +221,12 @@ DebeziumConnector debezium_connector(const RelayConfig& config, const DebeziumSo
     add(j, "database.port", std::to_string(source.port));
     add(j, "database.user", source.user);
     add(j, "database.password", "CHANGE_ME");
-    add(j, "database.server.id", "184054");
-    add(j, "topic.prefix", "outbox");
+    add(j, "database.server.id", std::to_string(server_id(source)));
+    add(j, "topic.prefix", "outbox_" + lower);
     add(j, "database.include.list", source.database);
     add(j, "table.include.list", source.database + "." + source.table);
     add(j, "schema.history.internal.kafka.bootstrap.servers", publisher->brokers);
-    add(j, "schema.history.internal.kafka.topic", "outbox-schema-history");
+    add(j, "schema.history.internal.kafka.topic", "outbox-schema-history." + lower);
     out.notes.push_back(
         "MariaDB must write a row-based binary log (log_bin, binlog_format = ROW, "
         "binlog_row_image = FULL); database.server.id must be unique among its replicas");

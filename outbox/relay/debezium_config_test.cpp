@@ -115,7 +115,7 @@ TEST(DebeziumConnector, TheTopicFollowsTheRoutesOnePlaceholderOrIsConstant) {
            o.at("transforms.outbox.route.topic.replacement");
   };
   EXPECT_EQ(topic("{event_type}"), "event_type -> ${routedByValue}");
-  EXPECT_EQ(topic("t-{tenant_id}-events"), "tenant_id -> t-${routedByValue}-events");
+  EXPECT_EQ(topic("t-{aggregate_type}-events"), "aggregate_type -> t-${routedByValue}-events");
   EXPECT_EQ(topic("orders"), "aggregate_type -> orders");  // every value to one topic
 }
 
@@ -133,6 +133,24 @@ TEST(DebeziumConnector, MariaDbNamesItsDatabaseAndSchemaHistoryOnTheRoutesBroker
   EXPECT_EQ(o.at("connector.class"), "io.debezium.connector.mysql.MySqlConnector");
   EXPECT_EQ(o.at("table.include.list"), "shop.outbox_event");
   EXPECT_EQ(o.at("schema.history.internal.kafka.bootstrap.servers"), "k1:9092");
+  // Two tables' connectors share nothing that must be unique.
+  auto other = maria;
+  other.table = "jobs";
+  const auto p =
+      options(debezium_connector(config_with("[[routes]]\npublisher = \"kafka\"\ntarget = \"all\"\n"
+                                             "table = \"jobs\"\n"),
+                                 other)
+                  .json);
+  for (const auto* key :
+       {"database.server.id", "topic.prefix", "schema.history.internal.kafka.topic"}) {
+    EXPECT_NE(o.at(key), p.at(key)) << key;
+  }
+  const auto q =
+      options(debezium_connector(
+                  config_with("[[routes]]\npublisher = \"kafka\"\ntarget = \"all\"\n"), kPostgres)
+                  .json);
+  EXPECT_EQ(q.at("slot.name"), "outbox_outbox_event");
+  EXPECT_EQ(q.at("publication.name"), "outbox_outbox_event");
 }
 
 TEST(DebeziumConnector, RoutesTheRouterCannotExpressAreRefusedByName) {
@@ -154,6 +172,13 @@ TEST(DebeziumConnector, RoutesTheRouterCannotExpressAreRefusedByName) {
       refusal("[[routes]]\npublisher = \"kafka\"\ntarget = \"{aggregate_type}.{event_type}\"\n")
           .find("several placeholders"),
       std::string::npos);
+  // The router fails on a NULL routing value: tenant and aggregate ids may be NULL.
+  EXPECT_NE(refusal("[[routes]]\npublisher = \"kafka\"\ntarget = \"t-{tenant_id}\"\n")
+                .find("routes by tenant_id, which may be NULL"),
+            std::string::npos);
+  EXPECT_NE(refusal("[[routes]]\npublisher = \"kafka\"\ntarget = \"{aggregate_id}\"\n")
+                .find("routes by aggregate_id, which may be NULL"),
+            std::string::npos);
   EXPECT_NE(refusal("[[routes]]\npublisher = \"kafka\"\nevent_type = \"A\"\ntarget = \"a\"\n"
                     "[[routes]]\npublisher = \"kafka\"\ntarget = \"b\"\n")
                 .find("2 [[routes]] on table outbox_event"),

@@ -193,7 +193,7 @@ std::optional<SubscriptionReport> StreamMode::act(const std::string& name,
       return std::nullopt;
     }
   }
-  impl_->runner->wake();
+  impl_->runner->poll_now();
   auto r = report(name);
   if (r.subscriptions.empty()) {
     return std::nullopt;

@@ -17,6 +17,38 @@ namespace {
 constexpr std::size_t kInsertChunk = 500;  // rows per INSERT: far below every engine's limits
 constexpr std::size_t kIdChunk = 500;      // ids per IN (…) list
 
+// `value` escaped for java.util.Properties.load: a backslash, a line break or a leading blank
+// would otherwise change what is read (or fail it: "\uZZZZ" throws in Java).
+std::string properties_value(std::string_view value) {
+  std::string out;
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const char c = value[i];
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
+      case ' ':
+        out += i == 0 ? "\\ " : " ";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
 // The trace context as Debezium's outbox event router reads it from tracingspancontext: the text
 // of a java.util.Properties ("traceparent=…\ntracestate=…\n"); NULL without a traceparent.
 Value tracing_span_context(const EventEnvelope& e) {
@@ -24,7 +56,7 @@ Value tracing_span_context(const EventEnvelope& e) {
   for (const auto name : {kTraceparentHeader, kTracestateHeader}) {
     for (const auto& [key, value] : e.headers()) {
       if (internal::iequals(key, name)) {
-        text += std::string(name) + "=" + value + "\n";
+        text += std::string(name) + "=" + properties_value(value) + "\n";
         break;
       }
     }
@@ -114,14 +146,30 @@ std::size_t SqlOutboxStore::insert_byte_budget(Connection&) {
   return std::numeric_limits<std::size_t>::max();
 }
 
+void SqlOutboxStore::require_json_payloads(const EventEnvelope* events, std::size_t count) const {
+  if (!options_.debezium) {
+    return;
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!events[i].has_json_payload()) {
+      throw std::invalid_argument("event " + events[i].event_id() +
+                                  ": a table Debezium reads takes JSON payloads only (its outbox "
+                                  "event router reads one payload column); nothing was written");
+    }
+  }
+}
+
 void SqlOutboxStore::insert_new(Connection& conn, const EventEnvelope& event,
                                 std::string_view lock_owner) {
+  require_json_payloads(&event, 1);
   const std::optional<std::string> headers = options_.codec->to_json(event.headers());
   insert_chunk(conn, &event, &headers, 1, lock_owner, Clock::system()->now());
 }
 
 void SqlOutboxStore::insert_batch(Connection& conn, const std::vector<EventEnvelope>& events,
                                   std::string_view lock_owner) {
+  // Before the first chunk: a refusal must leave none of the batch behind.
+  require_json_payloads(events.data(), events.size());
   // A claim starts when the row is written, whatever the envelope's occurred_at says: a
   // back-dated event must not be born with an expired claim that another node may take at once.
   const Timestamp claimed_at = Clock::system()->now();
@@ -161,15 +209,6 @@ void SqlOutboxStore::insert_chunk(Connection& conn, const EventEnvelope* events,
                                   std::string_view lock_owner, Timestamp claimed_at) {
   const bool bytes_column = dialect_.has_bytes_column();
   const bool debezium = options_.debezium.has_value();
-  if (debezium) {
-    for (std::size_t i = 0; i < count; ++i) {
-      if (!events[i].has_json_payload()) {
-        throw std::invalid_argument("event " + events[i].event_id() +
-                                    ": a table Debezium reads takes JSON payloads only (its outbox "
-                                    "event router reads one payload column)");
-      }
-    }
-  }
   // Only a chunk that has tags names their column: writers that use none keep working on a table
   // not yet migrated to schema version 4.
   std::vector<std::optional<std::string>> tags;

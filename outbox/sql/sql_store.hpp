@@ -118,6 +118,8 @@ class SqlOutboxStore : public OutboxStore {
   int reschedule(Connection& conn, std::string_view event_id, Timestamp now,
                  std::chrono::milliseconds delay, std::string_view message, bool count_attempt,
                  std::string_view owner);
+  // Debezium layout: std::invalid_argument for a binary payload, before anything is written.
+  void require_json_payloads(const EventEnvelope* events, std::size_t count) const;
   void insert_chunk(Connection& conn, const EventEnvelope* events,
                     const std::optional<std::string>* headers, std::size_t count,
                     std::string_view lock_owner, Timestamp claimed_at);
