@@ -6,7 +6,13 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <regex>
 
@@ -247,6 +253,39 @@ TEST_P(Wakeups, AWakeUpTheEngineDoesNotHaveIsRefusedAndAutoPicksOneItHas) {
     ASSERT_TRUE(wait_until([&] { return received(id); })) << wakeup << "\n" << relay->log();
     EXPECT_EQ(relay->terminate(), 0) << relay->log();
   }
+}
+
+// A server that accepts the connection and never answers (a black hole: a frozen host, a proxy
+// that swallows traffic): close() returns at once instead of waiting out the connect timeout,
+// and the watcher says why it does not listen.
+TEST(NotificationWatcher, CloseDoesNotWaitForAServerThatNeverAnswers) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);  // connections complete in the backlog, never served
+  socklen_t len = sizeof addr;
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  postgres::NotificationWatcher watcher(
+      {.conninfo =
+           "host=127.0.0.1 port=" + std::to_string(ntohs(addr.sin_port)) + " dbname=none user=none",
+       .timeouts = {.connect = std::chrono::minutes(10), .io = std::chrono::minutes(10)}});
+  std::atomic<int> signals{0};
+  watcher.start([&](ChangeWatcher::Signal) { ++signals; });
+  // Once accepted, the watcher waits for the server's answer to its start-up message.
+  int client = -1;
+  ASSERT_TRUE(wait_until([&] {
+    client = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK);
+    return client >= 0;
+  }));
+  auto closing = std::async(std::launch::async, [&] { watcher.close(); });
+  // Bounded only to report a hang instead of blocking the suite: close() takes milliseconds.
+  EXPECT_EQ(closing.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(signals.load(), 0);  // never listening, never a hint
+  ::close(client);
+  ::close(listener);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, Wakeups, ::testing::Values("sqlite", "postgres", "mysql"),

@@ -373,9 +373,13 @@ class PgConnection final : public sql::Connection {
 
 namespace internal {
 
-pg_conn* open_native(const std::string& conninfo, const sql::NetworkTimeouts& timeouts,
-                     const std::string& application_name) {
-  // Defaults first: the connection string, expanded after them, overrides any of them.
+namespace {
+
+// Calls `connect(keys, values)` with the driver's settings. Defaults first: the connection
+// string, expanded after them, overrides any of them.
+template <typename Connect>
+PGconn* with_settings(const std::string& conninfo, const sql::NetworkTimeouts& timeouts,
+                      const std::string& application_name, Connect connect) {
   const std::string connect_s =
       std::to_string(std::max<std::int64_t>(1, (timeouts.connect.count() + 999) / 1000));
   const std::string idle_s =
@@ -398,7 +402,25 @@ pg_conn* open_native(const std::string& conninfo, const sql::NetworkTimeouts& ti
     keys[6] = "application_name";
     values[6] = application_name.c_str();
   }
-  PGconn* conn = PQconnectdbParams(keys, values, 1);
+  return connect(keys, values);
+}
+
+}  // namespace
+
+pg_conn* start_native(const std::string& conninfo, const sql::NetworkTimeouts& timeouts,
+                      const std::string& application_name) {
+  return with_settings(conninfo, timeouts, application_name,
+                       [](const char* const* keys, const char* const* values) {
+                         return PQconnectStartParams(keys, values, 1);
+                       });
+}
+
+pg_conn* open_native(const std::string& conninfo, const sql::NetworkTimeouts& timeouts,
+                     const std::string& application_name) {
+  PGconn* conn = with_settings(conninfo, timeouts, application_name,
+                               [](const char* const* keys, const char* const* values) {
+                                 return PQconnectdbParams(keys, values, 1);
+                               });
   if (conn == nullptr) {
     throw StoreError("postgres: out of memory creating a connection");
   }

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "outbox/errors.hpp"
@@ -179,7 +180,14 @@ void CommitNotifier::run() {
 
 // ---- NotificationWatcher ----------------------------------------------------------------------
 
+// Everything the watcher's thread does on the network waits on the socket and on close()'s
+// eventfd together, with a deadline: a server that stops answering (a frozen backend, a proxy
+// that swallows traffic) neither hangs close() nor goes unnoticed.
 struct NotificationWatcher::Impl {
+  using Clock = std::chrono::steady_clock;
+  enum class Wait { Stopped, Ready, TimedOut };
+  using Conn = std::unique_ptr<PGconn, void (*)(PGconn*)>;
+
   Options options;
   std::string listen_sql;
   std::function<void(Signal)> signal;
@@ -195,16 +203,120 @@ struct NotificationWatcher::Impl {
     }
   }
 
-  // Waits up to `timeout` (-1: for ever) for the socket or close(); true when closed.
-  bool wait(int socket, int timeout_ms) {
-    pollfd fds[2] = {{stop_fd, POLLIN, 0}, {socket, POLLIN, 0}};
+  // Waits for `events` on `socket` (none when negative) until `deadline` (none: for ever).
+  Wait wait(int socket, short events, std::optional<Clock::time_point> deadline) {
+    pollfd fds[2] = {{stop_fd, POLLIN, 0}, {socket, events, 0}};
     for (;;) {
-      const int r = ::poll(fds, socket >= 0 ? 2 : 1, timeout_ms);
+      int timeout = -1;
+      if (deadline) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
+        timeout = static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60000));
+      }
+      const int r = ::poll(fds, socket >= 0 ? 2 : 1, timeout);
       if (r < 0 && errno == EINTR) {
         continue;
       }
-      return r > 0 && fds[0].revents != 0;
+      if (r > 0 && fds[0].revents != 0) {
+        return Wait::Stopped;
+      }
+      if (r > 0) {
+        return Wait::Ready;
+      }
+      if (r == 0 && deadline && Clock::now() >= *deadline) {
+        return Wait::TimedOut;
+      }
     }
+  }
+
+  std::string error_of(PGconn* conn) const {
+    std::string message = outbox::internal::redact_secrets(
+        trimmed(conn ? PQerrorMessage(conn) : "out of memory"), options.conninfo);
+    std::replace(message.begin(), message.end(), '\n', ' ');  // one log line per failure
+    return message;
+  }
+
+  // Connects within the connect timeout. nullptr with `error` set, or on close() (error empty).
+  Conn connect(std::string& error) {
+    Conn conn(internal::start_native(options.conninfo, options.timeouts, options.application_name),
+              PQfinish);
+    if (!conn || PQstatus(conn.get()) == CONNECTION_BAD) {
+      error = "cannot connect: " + error_of(conn.get());
+      return Conn(nullptr, PQfinish);
+    }
+    const auto deadline = Clock::now() + options.timeouts.connect;
+    for (auto state = PGRES_POLLING_WRITING; state != PGRES_POLLING_OK;) {
+      if (state == PGRES_POLLING_FAILED) {
+        error = "cannot connect: " + error_of(conn.get());
+        return Conn(nullptr, PQfinish);
+      }
+      const short events = state == PGRES_POLLING_READING ? POLLIN : POLLOUT;
+      switch (wait(PQsocket(conn.get()), events, deadline)) {
+        case Wait::Stopped:
+          return Conn(nullptr, PQfinish);
+        case Wait::TimedOut:
+          error = "cannot connect: no answer within the connect timeout";
+          return Conn(nullptr, PQfinish);
+        case Wait::Ready:
+          state = PQconnectPoll(conn.get());
+      }
+    }
+    if (PQsetnonblocking(conn.get(), 1) != 0) {
+      error = "cannot connect: " + error_of(conn.get());
+      return Conn(nullptr, PQfinish);
+    }
+    return conn;
+  }
+
+  // Sends `sql` and reads its results within the io timeout; false with `error` set (or on
+  // close(), error empty). Notifications read meanwhile stay queued for PQnotifies.
+  bool run_query(PGconn* conn, const std::string& sql, std::string& error) {
+    const auto deadline = Clock::now() + options.timeouts.io;
+    if (PQsendQuery(conn, sql.c_str()) == 0) {
+      error = sql + ": " + error_of(conn);
+      return false;
+    }
+    for (;;) {
+      const int flushed = PQflush(conn);
+      if (flushed < 0) {
+        error = sql + ": " + error_of(conn);
+        return false;
+      }
+      if (flushed == 0 && PQisBusy(conn) == 0) {
+        break;
+      }
+      switch (wait(PQsocket(conn), static_cast<short>(flushed > 0 ? POLLIN | POLLOUT : POLLIN),
+                   deadline)) {
+        case Wait::Stopped:
+          return false;
+        case Wait::TimedOut:
+          error = sql + ": no answer within the io timeout";
+          return false;
+        case Wait::Ready:
+          if (PQconsumeInput(conn) == 0) {
+            error = sql + ": " + error_of(conn);
+            return false;
+          }
+      }
+    }
+    bool ok = true;
+    while (PGresult* res = PQgetResult(conn)) {
+      const auto status = PQresultStatus(res);
+      if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) {
+        ok = false;
+        error = sql + ": " + error_of(conn);
+      }
+      PQclear(res);
+    }
+    return ok;
+  }
+
+  bool drain_notifications(PGconn* conn) {
+    bool any = false;
+    while (PGnotify* n = PQnotifies(conn)) {
+      PQfreemem(n);
+      any = true;  // any number of notifications: one poll
+    }
+    return any;
   }
 
   void run() {
@@ -217,25 +329,17 @@ struct NotificationWatcher::Impl {
       }
     };
     for (;;) {
-      std::unique_ptr<PGconn, void (*)(PGconn*)> conn(nullptr, PQfinish);
-      try {
-        conn.reset(
-            internal::open_native(options.conninfo, options.timeouts, options.application_name));
-      } catch (const std::exception& e) {
-        fail(e.what());
-      }
-      if (conn) {
-        PGresult* res = PQexec(conn.get(), listen_sql.c_str());
-        const bool listening = PQresultStatus(res) == PGRES_COMMAND_OK;
-        PQclear(res);
-        if (!listening) {
-          fail("LISTEN failed: " + outbox::internal::redact_secrets(
-                                       trimmed(PQerrorMessage(conn.get())), options.conninfo));
-          conn.reset();
-        }
+      std::string error;
+      Conn conn = connect(error);
+      if (conn && !run_query(conn.get(), listen_sql, error)) {
+        conn.reset();
       }
       if (!conn) {
-        if (wait(-1, static_cast<int>(backoff.count()))) {
+        if (error.empty()) {
+          return;  // closed
+        }
+        fail(error);
+        if (wait(-1, 0, Clock::now() + backoff) == Wait::Stopped) {
           return;
         }
         backoff = std::min(backoff * 2, options.reconnect_max);
@@ -246,25 +350,29 @@ struct NotificationWatcher::Impl {
                               listen_sql.substr(7));
       failures = 0;
       backoff = kFirstRetry;
-      while (PGnotify* n = PQnotifies(conn.get())) {
-        PQfreemem(n);  // what came with LISTEN's answer: the Connected poll covers it
-      }
+      drain_notifications(conn.get());  // what came with LISTEN's answer: the Connected poll
       signal(Signal::Connected);
+      // Idle: notifications as they come; after keepalive_idle of silence a query proves the
+      // session still answers (TCP keepalives cannot: a frozen backend's kernel still acks).
       for (;;) {
-        if (wait(PQsocket(conn.get()), -1)) {
+        const auto got =
+            wait(PQsocket(conn.get()), POLLIN, Clock::now() + options.timeouts.keepalive_idle);
+        if (got == Wait::Stopped) {
           return;
         }
-        if (PQconsumeInput(conn.get()) == 0 || PQstatus(conn.get()) != CONNECTION_OK) {
-          fail("connection lost: " + outbox::internal::redact_secrets(
-                                         trimmed(PQerrorMessage(conn.get())), options.conninfo));
+        if (got == Wait::TimedOut) {
+          if (!run_query(conn.get(), "SELECT 1", error)) {
+            if (error.empty()) {
+              return;
+            }
+            fail("the LISTEN session stopped answering: " + error);
+            break;
+          }
+        } else if (PQconsumeInput(conn.get()) == 0 || PQstatus(conn.get()) != CONNECTION_OK) {
+          fail("connection lost: " + error_of(conn.get()));
           break;
         }
-        bool changed = false;
-        while (PGnotify* n = PQnotifies(conn.get())) {
-          PQfreemem(n);
-          changed = true;  // any number of notifications: one poll
-        }
-        if (changed) {
+        if (drain_notifications(conn.get())) {
           signal(Signal::Changed);
         }
       }

@@ -15,5 +15,9 @@ namespace outbox::postgres::internal {
 /// the result (PQfinish). Throws ConnectionLostError (secrets redacted).
 pg_conn* open_native(const std::string& conninfo, const sql::NetworkTimeouts& timeouts,
                      const std::string& application_name = {});
+/// The same settings, connecting without blocking (PQconnectStartParams: drive it with
+/// PQconnectPoll). nullptr only when out of memory; the caller owns the result (PQfinish).
+pg_conn* start_native(const std::string& conninfo, const sql::NetworkTimeouts& timeouts,
+                      const std::string& application_name = {});
 
 }  // namespace outbox::postgres::internal
