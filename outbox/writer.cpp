@@ -133,7 +133,10 @@ std::vector<std::string> OutboxWriter::write_all(std::vector<EventEnvelope> even
           hook->after_commit(*shared);
           return;
         }
-        auto [present, undone] = split_by_row(*connection, *store, *shared);
+        // Not a structured binding: clang before 16 cannot capture one in the lambda below.
+        const auto split = split_by_row(*connection, *store, *shared);
+        const auto& present = split.first;
+        const auto& undone = split.second;
         if (!undone.empty()) {
           guarded("after_rollback", [&] { hook->after_rollback(undone); });
         }

@@ -115,14 +115,14 @@ std::string to_json(const StatusReport& r) {
     out += ",\"tables\":[";
     for (std::size_t i = 0; i < r.tables.size(); ++i) {
       out += i > 0 ? ",{\"table\":" : "{\"table\":";
-      append_json_string(out, r.tables[i].first);
-      if (!r.tables[i].second.error.empty()) {
+      append_json_string(out, r.tables[i].table);
+      if (!r.tables[i].report.error.empty()) {
         out += ",\"error\":";
-        append_json_string(out, r.tables[i].second.error);
+        append_json_string(out, r.tables[i].report.error);
         out += "}";
         continue;
       }
-      out += "," + to_json(r.tables[i].second).substr(1);  // its fields after the name
+      out += "," + to_json(r.tables[i].report).substr(1);  // its fields after the name
     }
     out += "]";
   }

@@ -19,6 +19,8 @@ namespace outbox::relay {
 
 /// Counts by status, age of the oldest pending event, DEAD rows per type, the leases (who leads),
 /// and, from a running relay, that relay's own view.
+struct TableStatus;
+
 struct StatusReport {
   std::int64_t new_count = 0, done = 0, retry = 0, dead = 0;
   std::optional<std::chrono::milliseconds> oldest_pending_age;  ///< nullopt: nothing pending
@@ -36,9 +38,15 @@ struct StatusReport {
   /// Blocked message groups; nullopt when not read (a schema older than version 5).
   std::optional<GroupStats> groups;
   /// A relay draining several tables: each table's own report (leases not read), by name.
-  std::vector<std::pair<std::string, StatusReport>> tables;
+  std::vector<TableStatus> tables;
   /// Set instead of the counts when the table could not be read (one of `tables`).
   std::string error;
+};
+
+/// One table's report in StatusReport::tables.
+struct TableStatus {
+  std::string table;
+  StatusReport report;
 };
 
 /// Reads the report (the leases through `leases`, blocked groups through `groups`, when given).

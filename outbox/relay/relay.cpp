@@ -421,7 +421,7 @@ struct Relay::Impl {
         } catch (const StoreError& e) {  // the other tables are still worth showing
           table.error = e.what();
         }
-        report.tables.emplace_back(d->table, std::move(table));
+        report.tables.push_back({d->table, std::move(table)});
       }
       return to_json(report);
     };
