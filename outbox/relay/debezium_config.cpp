@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
+#include <cstdio>
 #include <regex>
 
 #include "outbox/internal/redact.hpp"
@@ -46,6 +47,22 @@ std::uint32_t server_id(const DebeziumSource& s) {
     h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
   }
   return 1 + h % 2147483646u;
+}
+
+// "outbox_<table>" within PostgreSQL's 63-byte names (a longer slot name would be cut by the
+// server and no longer match the connector's): long names keep their start and gain a hash.
+std::string object_name(const std::string& lower_table) {
+  std::string name = "outbox_" + lower_table;
+  if (name.size() <= 63) {
+    return name;
+  }
+  std::uint32_t h = 2166136261u;
+  for (char c : lower_table) {
+    h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  }
+  char suffix[10];
+  std::snprintf(suffix, sizeof suffix, "_%08x", h);
+  return name.substr(0, 63 - 9) + suffix;
 }
 
 std::string where(const RouteConfig& r) {
@@ -206,11 +223,11 @@ DebeziumConnector debezium_connector(const RelayConfig& config, const DebeziumSo
     add(j, "database.user", source.user);
     add(j, "database.password", "CHANGE_ME");
     add(j, "database.dbname", source.database);
-    add(j, "topic.prefix", "outbox_" + lower);
+    add(j, "topic.prefix", object_name(lower));
     add(j, "table.include.list", source.schema + "." + source.table);
     // One slot and publication per connector: two tables' connectors must not share them.
-    add(j, "slot.name", "outbox_" + lower);
-    add(j, "publication.name", "outbox_" + lower);
+    add(j, "slot.name", object_name(lower));
+    add(j, "publication.name", object_name(lower));
     add(j, "publication.autocreate.mode", "filtered");
     out.notes.push_back(
         "PostgreSQL must run with wal_level = logical, and the user needs the REPLICATION "
@@ -222,7 +239,7 @@ DebeziumConnector debezium_connector(const RelayConfig& config, const DebeziumSo
     add(j, "database.user", source.user);
     add(j, "database.password", "CHANGE_ME");
     add(j, "database.server.id", std::to_string(server_id(source)));
-    add(j, "topic.prefix", "outbox_" + lower);
+    add(j, "topic.prefix", object_name(lower));
     add(j, "database.include.list", source.database);
     add(j, "table.include.list", source.database + "." + source.table);
     add(j, "schema.history.internal.kafka.bootstrap.servers", publisher->brokers);

@@ -151,6 +151,23 @@ TEST(DebeziumConnector, MariaDbNamesItsDatabaseAndSchemaHistoryOnTheRoutesBroker
                   .json);
   EXPECT_EQ(q.at("slot.name"), "outbox_outbox_event");
   EXPECT_EQ(q.at("publication.name"), "outbox_outbox_event");
+  // PostgreSQL cuts names at 63 bytes: two long names sharing their start stay apart, whole.
+  auto long_name = [&](const std::string& table) {
+    auto source = kPostgres;
+    source.table = table;
+    return options(debezium_connector(
+                       config_with("[[routes]]\npublisher = \"kafka\"\ntarget = \"all\"\n"
+                                   "table = \"" +
+                                   table + "\"\n"),
+                       source)
+                       .json)
+        .at("slot.name");
+  };
+  const auto a = long_name(std::string(56, 'a') + "_one");
+  const auto b = long_name(std::string(56, 'a') + "_two");
+  EXPECT_LE(a.size(), 63u);
+  EXPECT_LE(b.size(), 63u);
+  EXPECT_NE(a, b);
 }
 
 TEST(DebeziumConnector, RoutesTheRouterCannotExpressAreRefusedByName) {
