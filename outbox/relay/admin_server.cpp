@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "outbox/json_codec.hpp"
+#include "outbox/relay/internal/admin_routes.hpp"
 #include "outbox/relay/internal/http_server.hpp"
 #include "outbox/store.hpp"
 
@@ -142,12 +143,10 @@ internal::HttpResponse text(int status, std::string body, std::string type = "te
   return r;
 }
 
-}  // namespace
-
-struct AdminServer::Impl {
+// The endpoints without the socket: the token, the handlers and what they answer.
+struct Routes {
   std::string token;
   AdminHandlers handlers;
-  std::unique_ptr<internal::HttpServer> server;
 
   // A refusal, or nullopt when the request may go on.
   std::optional<internal::HttpResponse> refuse_unauthorised(const internal::HttpRequest& req,
@@ -309,16 +308,32 @@ struct AdminServer::Impl {
   }
 };
 
+}  // namespace
+
+struct AdminServer::Impl {
+  Routes routes;
+  std::unique_ptr<internal::HttpServer> server;
+};
+
+internal::HttpResponse admin_response(const std::string& token, AdminHandlers handlers,
+                                      const internal::HttpRequest& request) {
+  const Routes routes{token, std::move(handlers)};
+  if (auto now = routes.screen(request)) {
+    return *now;
+  }
+  return routes.handle(request);
+}
+
 AdminServer::AdminServer(const std::string& host, int port, std::string token,
                          AdminHandlers handlers)
     : impl_(std::make_unique<Impl>()) {
-  impl_->token = std::move(token);
-  impl_->handlers = std::move(handlers);
-  Impl* impl = impl_.get();
+  impl_->routes.token = std::move(token);
+  impl_->routes.handlers = std::move(handlers);
+  const Routes* routes = &impl_->routes;
   impl_->server = std::make_unique<internal::HttpServer>(
       host, port, internal::HttpLimits{},
-      [impl](const internal::HttpRequest& req) { return impl->screen(req); },
-      [impl](const internal::HttpRequest& req) { return impl->handle(req); });
+      [routes](const internal::HttpRequest& req) { return routes->screen(req); },
+      [routes](const internal::HttpRequest& req) { return routes->handle(req); });
   port_ = impl_->server->port();
 }
 

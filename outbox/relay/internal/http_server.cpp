@@ -95,10 +95,10 @@ struct Connection {
   Clock::time_point deadline;
 };
 
-// Parses the head in `c.in` (complete up to `head_end`); a refusal when it is not acceptable.
-std::optional<HttpResponse> parse_head(Connection& c, std::size_t head_end,
-                                       const HttpLimits& limits) {
-  std::string_view head(c.in.data(), head_end);
+}  // namespace
+
+std::optional<HttpResponse> parse_request_head(std::string_view head, const HttpLimits& limits,
+                                               HttpRequest& request, std::size_t& content_length) {
   const auto line_end = head.find("\r\n");
   const std::string_view line = head.substr(0, line_end);
   const auto sp1 = line.find(' ');
@@ -107,15 +107,15 @@ std::optional<HttpResponse> parse_head(Connection& c, std::size_t head_end,
       line.substr(sp2 + 1).rfind("HTTP/1.", 0) != 0) {
     return error_response(400, "malformed request line");
   }
-  c.request.method = std::string(line.substr(0, sp1));
+  request.method = std::string(line.substr(0, sp1));
   const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   if (target.empty() || target.front() != '/') {
     return error_response(400, "the request target must be a path");
   }
   const auto question = target.find('?');
-  c.request.path = std::string(target.substr(0, question));
+  request.path = std::string(target.substr(0, question));
   if (question != std::string_view::npos) {
-    c.request.query = std::string(target.substr(question + 1));
+    request.query = std::string(target.substr(question + 1));
   }
   std::optional<std::size_t> length;
   std::size_t pos = line_end == std::string_view::npos ? head.size() : line_end + 2;
@@ -126,7 +126,7 @@ std::optional<HttpResponse> parse_head(Connection& c, std::size_t head_end,
     }
     const std::string_view header = head.substr(pos, end - pos);
     pos = end + 2;
-    if (c.request.headers.size() >= limits.max_headers) {
+    if (request.headers.size() >= limits.max_headers) {
       return error_response(431, "more than " + std::to_string(limits.max_headers) + " headers");
     }
     const auto colon = header.find(':');
@@ -150,11 +150,13 @@ std::optional<HttpResponse> parse_head(Connection& c, std::size_t head_end,
       }
       length = n;
     }
-    c.request.headers.emplace_back(std::move(name), std::move(value));
+    request.headers.emplace_back(std::move(name), std::move(value));
   }
-  c.content_length = length.value_or(0);
+  content_length = length.value_or(0);
   return std::nullopt;
 }
+
+namespace {
 
 int listen_socket(const std::string& host, int port) {
   addrinfo hints{};
@@ -321,7 +323,8 @@ struct HttpServer::Impl {
                                              std::to_string(limits.max_head_bytes) + " bytes"));
           return true;
         }
-        if (auto refusal = parse_head(c, end, limits)) {
+        if (auto refusal = parse_request_head(std::string_view(c.in.data(), end), limits, c.request,
+                                              c.content_length)) {
           respond(c, *refusal);
           return true;
         }

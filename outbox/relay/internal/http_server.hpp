@@ -76,4 +76,10 @@ class HttpServer {
 /// escape is malformed.
 std::optional<std::string> percent_decode(std::string_view text, bool form = false);
 
+/// Parses a request head (the request line and header lines, without the blank line after them)
+/// into `request` (method, raw path and query, headers) and `content_length`: what the server
+/// does with each head it reads. A refusal (400, 431, 501) when it is not acceptable.
+std::optional<HttpResponse> parse_request_head(std::string_view head, const HttpLimits& limits,
+                                               HttpRequest& request, std::size_t& content_length);
+
 }  // namespace outbox::relay::internal
