@@ -14,6 +14,7 @@
 #include "outbox/sqlite/driver.hpp"
 #include "outbox/sqlite/store.hpp"
 #include "tests/support/servers.hpp"
+#include "tests/support/tables.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace outbox {
@@ -204,6 +205,27 @@ TEST_P(ServerEngine, MigrateByUrlIsVersionedAndIdempotent) {
   store->insert_new(*conn, EventEnvelope::of_json(EventType::of("M"), "{}"));
   EXPECT_EQ(store->count_by_status(*conn)[0], 1);
   conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table_ + "'");
+}
+
+// MariaDB tells table names apart by case: two tables whose names differ only so each get their
+// schema and their own version row.
+TEST_P(ServerEngine, TablesWhoseNamesDifferOnlyByCaseAreMigratedApart) {
+  if (!mysql()) {
+    GTEST_SKIP() << "PostgreSQL folds unquoted names: one table";
+  }
+  const std::string upper = "Up_" + table_;
+  const std::string lower = "up_" + table_;
+  auto pool = open_pool(url_, 1);
+  auto conn = pool->acquire();
+  EXPECT_EQ(migrate(*conn, upper).from, 0);
+  EXPECT_EQ(migrate(*conn, lower).from, 0);  // not "already at" the other's version
+  for (const auto& t : {upper, lower}) {
+    auto store = detect_store(*conn, t);
+    store->insert_new(*conn, EventEnvelope::of_json(EventType::of("M"), "{}"));
+    EXPECT_EQ(store->count_by_status(*conn)[0], 1) << t;
+    EXPECT_EQ(schema_version(*conn, t), kSchemaVersion) << t;
+    testing::drop_outbox_tables(*conn, t);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, ServerEngine,

@@ -49,6 +49,23 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
       "CREATE TABLE IF NOT EXISTS outbox_schema_version (table_name VARCHAR(63) PRIMARY KEY, "
       "version INTEGER NOT NULL)",
       none);
+  if (dialect.name() == "mysql") {
+    // MariaDB tells table names apart by case (lower_case_table_names = 0, Linux's default)
+    // while its default collation does not: Outbox_Event's version row would also answer for
+    // outbox_event, and migrating the second would create nothing.
+    const auto rows = conn.query(
+        "SELECT @@lower_case_table_names, (SELECT COLLATION_NAME FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'outbox_schema_version' AND "
+        "COLUMN_NAME = 'table_name')",
+        none);
+    if (!rows.empty() && rows[0].get_int(0) == 0 &&
+        rows[0].get_optional_text(1).value_or("") != "utf8mb4_bin") {
+      conn.execute(
+          "ALTER TABLE outbox_schema_version MODIFY table_name VARCHAR(63) CHARACTER SET utf8mb4 "
+          "COLLATE utf8mb4_bin NOT NULL",
+          none);
+    }
+  }
   // Table names are validated identifiers, so they can be inlined as literals. SQLite and
   // PostgreSQL (unquoted) names ignore case: OUTBOX_EVENT is outbox_event's row; MariaDB's
   // (on Linux) do not.
