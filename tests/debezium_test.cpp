@@ -215,6 +215,11 @@ TEST_P(Debezium, TheConnectorNamesColumnsTheTableHasOrIsRefused) {
   for (std::string item; std::getline(placement, item, ',');) {
     EXPECT_TRUE(columns.count(item.substr(0, item.find(':')))) << item;
   }
+  // With the URL alone: the router's default topics.
+  const auto bare = run_cli(dir_, "debezium-config --db '" + url_ + "' --table " + table_);
+  ASSERT_EQ(bare.exit_code, 0) << bare.err;
+  EXPECT_NE(bare.out.find("\"outbox.event.${routedByValue}\""), std::string::npos) << bare.out;
+  EXPECT_NE(bare.err.find("no --config"), std::string::npos) << bare.err;
   // A route the router cannot express: refused with the reason.
   const auto http = dir_.file("http.toml");
   std::ofstream(http) << "[database]\nurl = \"" << url_ << "\"\ntable = \"" << table_

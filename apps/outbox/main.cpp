@@ -228,7 +228,9 @@ int main(int argc, char** argv) {
       "debezium-config",
       "print the Debezium connector (outbox event router) that delivers a table as the relay's "
       "routes would");
-  dbz_cmd->add_option("--config,-c", dbz_config, "relay configuration file (TOML)")->required();
+  dbz_cmd->add_option("--config,-c", dbz_config,
+                      "relay configuration file (TOML) whose routes it follows (default: every "
+                      "event to outbox.event.<aggregate type>)");
   dbz_cmd->add_option("--db", dbz_url, "database URL (default: the configuration's database.url)");
   dbz_cmd->add_option("--table", dbz_table, "outbox table (default: database.table)");
 
@@ -267,13 +269,23 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (dbz_cmd->parsed()) {
-      const auto config = relay::load_config(dbz_config);
+      if (dbz_config.empty() && dbz_url.empty()) {
+        throw std::invalid_argument("debezium-config needs --config or --db");
+      }
+      const auto config = dbz_config.empty()
+                              ? relay::debezium_default_config(
+                                    dbz_url, dbz_table.empty() ? "outbox_event" : dbz_table)
+                              : relay::load_config(dbz_config);
       const auto url = dbz_url.empty() ? config.database.url : dbz_url;
       const auto table = dbz_table.empty() ? config.database.table : dbz_table;
       auto pool = open_pool(url, 1, false);
       const auto source = relay::debezium_source(*pool->acquire(), url, table);
       const auto connector = relay::debezium_connector(config, source);
       std::fputs(connector.json.c_str(), stdout);
+      if (dbz_config.empty()) {
+        std::fputs("note: no --config: every event goes to outbox.event.<aggregate type>\n",
+                   stderr);
+      }
       for (const auto& note : connector.notes) {
         std::fprintf(stderr, "note: %s\n", note.c_str());
       }

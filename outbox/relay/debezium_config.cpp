@@ -134,6 +134,17 @@ DebeziumSource debezium_source(sql::Connection& conn, const std::string& url,
   return s;
 }
 
+RelayConfig debezium_default_config(const std::string& url, const std::string& table) {
+  RelayConfig config;
+  config.database.url = url;
+  config.database.table = table;
+  config.publishers.push_back(
+      {.name = "kafka", .type = PublisherConfig::Type::Kafka, .brokers = "CHANGE_ME:9092"});
+  config.routes.push_back(
+      {.publisher = "kafka", .target = "outbox.event.{aggregate_type}", .table = table});
+  return config;
+}
+
 DebeziumConnector debezium_connector(const RelayConfig& config, const DebeziumSource& source) {
   std::vector<const RouteConfig*> routes;
   for (const auto& r : config.routes) {

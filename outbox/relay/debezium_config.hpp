@@ -38,6 +38,11 @@ struct DebeziumConnector {
 DebeziumSource debezium_source(sql::Connection& conn, const std::string& url,
                                const std::string& table);
 
+/// Without a relay configuration: one route sending every event of `table` to
+/// "outbox.event.<aggregate type>" (the router's own default) through a Kafka publisher whose
+/// brokers (MariaDB's schema history needs them) are left to fill in.
+RelayConfig debezium_default_config(const std::string& url, const std::string& table);
+
 /// The connector for `source.table` from `config`'s routes of that table. Throws ConfigError
 /// naming each route the router cannot express: none or several routes, a publisher other than
 /// Kafka, a filter on event or aggregate type, more than one {placeholder} in the target.

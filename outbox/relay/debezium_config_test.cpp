@@ -119,6 +119,15 @@ TEST(DebeziumConnector, TheTopicFollowsTheRoutesOnePlaceholderOrIsConstant) {
   EXPECT_EQ(topic("orders"), "aggregate_type -> orders");  // every value to one topic
 }
 
+TEST(DebeziumConnector, WithoutARelayConfigurationEveryEventGoesWhereTheRouterWouldSendIt) {
+  const auto o =
+      options(debezium_connector(debezium_default_config("postgresql://app@db/app", "outbox_event"),
+                                 kPostgres)
+                  .json);
+  EXPECT_EQ(o.at("transforms.outbox.route.by.field"), "aggregate_type");
+  EXPECT_EQ(o.at("transforms.outbox.route.topic.replacement"), "outbox.event.${routedByValue}");
+}
+
 TEST(DebeziumConnector, MariaDbNamesItsDatabaseAndSchemaHistoryOnTheRoutesBrokers) {
   const DebeziumSource maria{.engine = "mysql",
                              .host = "db",
