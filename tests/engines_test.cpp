@@ -301,6 +301,15 @@ TEST(Detection, SqliteAndUnknownDialects) {
   EXPECT_THROW(create_schema_for(other), std::invalid_argument);
 }
 
+// A connection may outlive the pool that lent it (the pool's state lives as long as the
+// connection): `open_pool(url)->acquire()` used to return into freed memory (ASan).
+TEST(Detection, AConnectionOutlivesThePoolThatLentIt) {
+  testing::TempDir dir;
+  auto conn = open_pool("sqlite://" + dir.file("p.db"), 1)->acquire();
+  EXPECT_EQ(conn->query("SELECT 1")[0].get_int(0), 1);
+  conn->begin();  // returned rolled back, into the pool's state, then closed with it
+}
+
 TEST(Detection, OpenPoolByUrlAndMigrateSqlite) {
   testing::TempDir dir;
   auto pool = open_pool("sqlite://" + dir.file("m.db"), 2);

@@ -90,8 +90,14 @@ class PooledConnection {
  public:
   using Releaser = void (*)(void* owner, std::unique_ptr<Connection> conn, bool broken);
 
-  PooledConnection(std::unique_ptr<Connection> conn, void* owner, Releaser releaser)
-      : conn_(std::move(conn)), owner_(owner), releaser_(releaser) {}
+  /// `keep_alive` (optional) holds what `owner` points into until the connection is returned,
+  /// so a connection may outlive the provider that lent it (`open_pool(url)->acquire()`).
+  PooledConnection(std::unique_ptr<Connection> conn, void* owner, Releaser releaser,
+                   std::shared_ptr<void> keep_alive = {})
+      : conn_(std::move(conn)),
+        owner_(owner),
+        releaser_(releaser),
+        keep_alive_(std::move(keep_alive)) {}
   PooledConnection(PooledConnection&& other) noexcept;
   PooledConnection& operator=(PooledConnection&& other) noexcept;
   PooledConnection(const PooledConnection&) = delete;
@@ -109,6 +115,7 @@ class PooledConnection {
   std::unique_ptr<Connection> conn_;
   void* owner_ = nullptr;
   Releaser releaser_ = nullptr;
+  std::shared_ptr<void> keep_alive_;
   bool broken_ = false;
 };
 

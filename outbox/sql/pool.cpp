@@ -11,6 +11,7 @@ PooledConnection::PooledConnection(PooledConnection&& other) noexcept
     : conn_(std::move(other.conn_)),
       owner_(other.owner_),
       releaser_(other.releaser_),
+      keep_alive_(std::move(other.keep_alive_)),
       broken_(other.broken_) {
   other.owner_ = nullptr;
   other.releaser_ = nullptr;
@@ -22,6 +23,7 @@ PooledConnection& PooledConnection::operator=(PooledConnection&& other) noexcept
     conn_ = std::move(other.conn_);
     owner_ = other.owner_;
     releaser_ = other.releaser_;
+    keep_alive_ = std::move(other.keep_alive_);
     broken_ = other.broken_;
     other.owner_ = nullptr;
     other.releaser_ = nullptr;
@@ -53,6 +55,7 @@ void PooledConnection::release() noexcept {
     releaser_(owner_, std::move(conn_), broken);
   }
   conn_.reset();
+  keep_alive_.reset();  // last: the releaser wrote into what it kept alive
 }
 
 ConnectionPool::ConnectionPool(Options options) : options_(std::move(options)) {
@@ -66,64 +69,70 @@ ConnectionPool::ConnectionPool(Options options) : options_(std::move(options)) {
 
 ConnectionPool::~ConnectionPool() = default;
 
+PooledConnection ConnectionPool::lend(std::unique_ptr<Connection> conn) {
+  return PooledConnection(std::move(conn), shared_.get(), &ConnectionPool::give_back, shared_);
+}
+
 PooledConnection ConnectionPool::acquire() {
-  std::unique_lock lock(pool_mutex_);
-  const bool ready = returned_.wait_for(lock, options_.acquire_timeout, [&] {
-    return !idle_.empty() || created_ < options_.max_size;
+  auto& s = *shared_;
+  std::unique_lock lock(s.mutex);
+  const bool ready = s.returned.wait_for(lock, options_.acquire_timeout, [&] {
+    return !s.idle.empty() || s.created < options_.max_size;
   });
   if (!ready) {
     throw StoreError("ConnectionPool: no connection free after " +
                      std::to_string(options_.acquire_timeout.count()) + " ms (max_size " +
                      std::to_string(options_.max_size) + ")");
   }
-  while (!idle_.empty()) {
-    auto idle = std::move(idle_.back());
-    idle_.pop_back();
+  while (!s.idle.empty()) {
+    auto idle = std::move(s.idle.back());
+    s.idle.pop_back();
     lock.unlock();
     // Probed outside the lock: a probe may be a round trip (MariaDB's ping).
     const auto idle_for = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::chrono::steady_clock::now() - idle.since);
     if (idle.conn->alive(idle_for)) {
-      return PooledConnection(std::move(idle.conn), this, &ConnectionPool::give_back);
+      return lend(std::move(idle.conn));
     }
     log(LogLevel::Info, "ConnectionPool: an idle connection was closed by the server; reopening");
     idle.conn.reset();
     lock.lock();
-    --created_;
-    if (idle_.empty() && created_ >= options_.max_size) {
+    --s.created;
+    if (s.idle.empty() && s.created >= options_.max_size) {
       // Another borrower took the last slot meanwhile: wait for a connection again.
       lock.unlock();
       return acquire();
     }
   }
-  ++created_;
+  ++s.created;
   lock.unlock();
   try {
-    return PooledConnection(options_.factory(), this, &ConnectionPool::give_back);
+    return lend(options_.factory());
   } catch (...) {
     lock.lock();
-    --created_;
-    returned_.notify_one();
+    --s.created;
+    s.returned.notify_one();
     throw;
   }
 }
 
 std::size_t ConnectionPool::in_use() const {
-  std::lock_guard lock(pool_mutex_);
-  return created_ - idle_.size();
+  std::lock_guard lock(shared_->mutex);
+  return shared_->created - shared_->idle.size();
 }
 
 void ConnectionPool::give_back(void* owner, std::unique_ptr<Connection> conn, bool broken) {
-  auto* pool = static_cast<ConnectionPool*>(owner);
+  // The shared state, kept alive by the connection: the pool itself may be gone.
+  auto* s = static_cast<Shared*>(owner);
   {
-    std::lock_guard lock(pool->pool_mutex_);
+    std::lock_guard lock(s->mutex);
     if (broken) {
-      --pool->created_;
+      --s->created;
     } else {
-      pool->idle_.push_back({std::move(conn), std::chrono::steady_clock::now()});
+      s->idle.push_back({std::move(conn), std::chrono::steady_clock::now()});
     }
   }
-  pool->returned_.notify_one();
+  s->returned.notify_one();
   // A broken connection is destroyed here, outside the lock.
 }
 

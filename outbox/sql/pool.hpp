@@ -37,17 +37,22 @@ class ConnectionPool final : public ConnectionProvider {
   std::size_t in_use() const;
 
  private:
-  static void give_back(void* owner, std::unique_ptr<Connection> conn, bool broken);
-
-  Options options_;
-  mutable std::mutex pool_mutex_;  // guards idle_, created_
-  std::condition_variable returned_;
+  // What lent connections return to: shared with them, so one may outlive the pool.
   struct Idle {
     std::unique_ptr<Connection> conn;
     std::chrono::steady_clock::time_point since;
   };
-  std::vector<Idle> idle_;
-  std::size_t created_ = 0;
+  struct Shared {
+    std::mutex mutex;  // guards idle, created
+    std::condition_variable returned;
+    std::vector<Idle> idle;
+    std::size_t created = 0;
+  };
+  static void give_back(void* owner, std::unique_ptr<Connection> conn, bool broken);
+  PooledConnection lend(std::unique_ptr<Connection> conn);
+
+  Options options_;
+  std::shared_ptr<Shared> shared_ = std::make_shared<Shared>();
 };
 
 }  // namespace outbox::sql
