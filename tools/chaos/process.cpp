@@ -1,0 +1,115 @@
+#include "process.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <stdexcept>
+#include <thread>
+
+namespace outbox::chaos {
+
+Child::Child(std::string name, std::vector<std::string> argv, std::string log)
+    : name_(std::move(name)), argv_(std::move(argv)), log_(std::move(log)) {}
+
+Child::~Child() {
+  kill_hard();
+}
+
+void Child::start() {
+  if (running()) {
+    return;
+  }
+  std::vector<char*> args;
+  for (auto& a : argv_) {
+    args.push_back(a.data());
+  }
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    throw std::runtime_error("fork failed for " + name_);
+  }
+  if (pid == 0) {
+    const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    // Its own process group: a Ctrl-C on the harness reaches the harness, which stops it.
+    setpgid(0, 0);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  pid_ = pid;
+  paused_ = false;
+}
+
+void Child::kill_hard() {
+  if (!running()) {
+    return;
+  }
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  paused_ = false;
+}
+
+void Child::pause() {
+  if (running() && !paused_) {
+    ::kill(pid_, SIGSTOP);
+    paused_ = true;
+  }
+}
+
+void Child::resume() {
+  if (running() && paused_) {
+    ::kill(pid_, SIGCONT);
+    paused_ = false;
+  }
+}
+
+bool Child::stop(std::chrono::milliseconds timeout) {
+  if (!running()) {
+    return false;
+  }
+  resume();
+  ::kill(pid_, SIGTERM);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill_hard();
+      return false;
+    }
+    // The poll period of a bounded wait for another process.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+bool Child::exited() {
+  if (!running()) {
+    return false;
+  }
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) != pid_) {
+    return false;
+  }
+  pid_ = -1;
+  paused_ = false;
+  return true;
+}
+
+int run_shell(const std::string& command, const std::string& log) {
+  const int rc = std::system(("(" + command + ") >>'" + log + "' 2>&1").c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+}  // namespace outbox::chaos

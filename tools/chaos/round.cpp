@@ -1,0 +1,283 @@
+#include "round.hpp"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "faults.hpp"
+#include "outbox/detect/detect.hpp"
+#include "outbox/errors.hpp"
+#include "outbox/store.hpp"
+#include "process.hpp"
+#include "writer.hpp"
+
+namespace outbox::chaos {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// The relays' settings: short enough that faults resolve within a round, and the figures of the
+// duplicate bound.
+constexpr int kWorkers = 8;
+constexpr int kQueue = 200;
+constexpr int kPollBatch = 50;
+constexpr int kGroups = 16;
+constexpr int kPerGroup = 5;
+constexpr int kSubscriptionBatch = 50;
+constexpr auto kLeaseTtl = 2s;
+constexpr auto kRequestTimeout = 1s;
+// A stalled delivery is answered after the relay gave up on it.
+constexpr auto kStall = kRequestTimeout + 500ms;
+
+// Events one relay may have delivered without its acknowledgement reaching the table: what a
+// fault that strands it can make it (or its successor) deliver again.
+std::size_t per_relay_bound(const std::string& mode) {
+  if (mode == "subscription") {
+    return kSubscriptionBatch;
+  }
+  std::size_t bound = kQueue + kWorkers + kPollBatch;
+  if (mode == "groups") {
+    bound += kGroups * kPerGroup;
+  }
+  return bound;
+}
+
+std::string relay_config(const RoundOptions& o, const std::string& name, const std::string& url) {
+  std::ostringstream c;
+  auto quoted = [](const std::string& s) {
+    std::string out = "\"";
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') {
+        out += '\\';
+      }
+      out += ch;
+    }
+    return out + "\"";
+  };
+  c << "[database]\nurl = " << quoted(o.db) << "\ntable = " << quoted(o.table)
+    << "\npool_size = 4\nconnect_timeout = \"3s\"\nio_timeout = \"5s\"\nkeepalive_idle = \"2s\"\n";
+  c << "[poller]\ninterval = \"100ms\"\nbatch = " << kPollBatch
+    << "\nlock_expiry = \"3s\"\nowner = " << quoted(name) << "\n";
+  c << "[dispatcher]\nworkers = " << kWorkers << "\nqueue = " << kQueue
+    << "\nmax_attempts = 1000\nbackoff_base = \"50ms\"\nbackoff_max = \"1s\"\n"
+       "drain_timeout = \"3s\"\n";
+  if (o.mode == "ordered") {
+    c << "ordered = true\n";
+  }
+  c << "[relay]\nmode = \"" << (o.mode == "ordered" ? "standby" : "active") << "\"\nlease_ttl = \""
+    << kLeaseTtl.count() << "s\"\nlease_renew = \"500ms\"\n";
+  if (o.mode == "groups") {
+    c << "[groups]\nmax_concurrent_groups = " << kGroups << "\nper_group = " << kPerGroup << "\n";
+  }
+  c << "[admin]\nenabled = false\n";
+  c << "[publishers.hook]\ntype = \"http\"\nconnect_timeout = \"1s\"\nrequest_timeout = \""
+    << std::chrono::milliseconds(kRequestTimeout).count() << "ms\"\n";
+  if (o.mode == "subscription") {
+    c << "[[subscriptions]]\nname = \"chaos\"\npublisher = \"hook\"\ntarget = " << quoted(url)
+      << "\nstart = \"beginning\"\ninterval = \"100ms\"\nbatch = " << kSubscriptionBatch
+      << "\nmax_errors = 0\nretry_base = \"50ms\"\nretry_max = \"1s\"\n";
+  } else {
+    c << "[[routes]]\npublisher = \"hook\"\ntarget = " << quoted(url) << "\n";
+  }
+  return c.str();
+}
+
+// Retries `f` while the database is unreachable (a round ends right after a restart fault).
+template <typename F>
+auto with_database(F&& f) {
+  const auto deadline = Clock::now() + 60s;
+  for (;;) {
+    try {
+      return f();
+    } catch (const StoreError&) {
+      if (Clock::now() > deadline) {
+        throw;
+      }
+      // The wait between attempts to reach a restarting server.
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+}
+
+void set_up_tables(const RoundOptions& o) {
+  auto pool = open_pool(o.db, 1);
+  auto conn = pool->acquire();
+  migrate(*conn, o.table);
+  const bool mysql = conn->dialect() == "mysql";
+  conn->execute("CREATE TABLE " + ledger_table(o.table) +
+                " (event_id VARCHAR(64) PRIMARY KEY, w INTEGER NOT NULL, k VARCHAR(64) NOT NULL, "
+                "seq BIGINT NOT NULL)" +
+                (mysql ? " ENGINE=InnoDB" : ""));
+}
+
+void drop_tables(const RoundOptions& o) {
+  auto pool = open_pool(o.db, 1);
+  auto conn = pool->acquire();
+  for (const auto& t : {ledger_table(o.table), o.table + "_subscription", o.table + "_group_block",
+                        o.table + "_lease", o.table}) {
+    conn->execute("DROP TABLE IF EXISTS " + t);
+  }
+}
+
+LedgerInput read_ledger(const RoundOptions& o) {
+  LedgerInput in;
+  in.ordered = o.mode != "concurrent";
+  auto pool = open_pool(o.db, 1);
+  auto conn = pool->acquire();
+  for (const auto& row : conn->query("SELECT event_id, k, seq FROM " + ledger_table(o.table))) {
+    in.committed.push_back({row.get_text(0), row.get_text(1), row.get_int(2)});
+  }
+  for (const auto& row : conn->query("SELECT event_id, status FROM " + o.table)) {
+    const auto status = static_cast<EventStatus>(row.get_int(1));
+    in.rows[row.get_text(0)] = status == EventStatus::Done   ? RowState::Done
+                               : status == EventStatus::Dead ? RowState::Dead
+                                                             : RowState::Pending;
+  }
+  for (int w = 0; w < o.writers; ++w) {
+    std::ifstream f(rolled_back_file(o.dir, w));
+    for (std::string id; std::getline(f, id);) {
+      if (!id.empty()) {
+        in.rolled_back.insert(id);
+      }
+    }
+  }
+  return in;
+}
+
+}  // namespace
+
+std::vector<std::string> faults_for(const std::string& mode, std::vector<std::string> kinds) {
+  if (mode == "ordered") {
+    std::erase_if(kinds, [](const std::string& k) { return k.rfind("endpoint-", 0) == 0; });
+  }
+  return kinds;
+}
+
+const std::vector<std::string>& modes() {
+  static const std::vector<std::string> all{"groups", "subscription", "concurrent", "ordered"};
+  return all;
+}
+
+RoundResult run_round(const RoundOptions& o) {
+  RoundResult result;
+  const auto began = Clock::now();
+  try {
+    ::mkdir(o.dir.c_str(), 0755);
+    with_database([&] {
+      set_up_tables(o);
+      return 0;
+    });
+    Receiver receiver(std::chrono::duration_cast<std::chrono::milliseconds>(kStall));
+    std::vector<std::unique_ptr<Child>> relays;
+    std::vector<std::unique_ptr<Child>> writers;
+    for (int i = 0; i < o.relays; ++i) {
+      const std::string name = "relay-" + std::to_string(i);
+      const std::string config = o.dir + "/" + name + ".toml";
+      std::ofstream(config) << relay_config(o, name, receiver.url("/" + name));
+      relays.push_back(std::make_unique<Child>(
+          name, std::vector<std::string>{o.outbox_cli, "relay", "-c", config},
+          o.dir + "/" + name + ".log"));
+    }
+    for (int i = 0; i < o.writers; ++i) {
+      const std::string name = "writer-" + std::to_string(i);
+      writers.push_back(std::make_unique<Child>(
+          name,
+          std::vector<std::string>{o.self, "writer", "--db", o.db, "--table", o.table, "--dir",
+                                   o.dir, "--mode", o.mode, "--index", std::to_string(i), "--keys",
+                                   std::to_string(o.keys), "--rate", std::to_string(o.rate),
+                                   "--seed",
+                                   std::to_string(o.seed * 1000 + static_cast<unsigned>(i))},
+          o.dir + "/" + name + ".log"));
+    }
+    for (auto& r : relays) {
+      r->start();
+    }
+    for (auto& w : writers) {
+      w->start();
+    }
+    // A relay or writer that ends by itself is a finding: noted, counted (a relay's exit against
+    // the bound, as a kill), and restarted so the round goes on.
+    std::size_t relay_exits = 0;
+    auto watch = [&] {
+      for (auto* group : {&relays, &writers}) {
+        for (auto& c : *group) {
+          if (c->exited()) {
+            ++result.unexpected_exits;
+            relay_exits += group == &relays ? 1 : 0;
+            std::printf("  %s exited by itself (see %s/%s.log); restarted\n", c->name().c_str(),
+                        o.dir.c_str(), c->name().c_str());
+            c->start();
+          }
+        }
+      }
+      return false;
+    };
+    Targets targets{&relays,
+                    &writers,
+                    &receiver,
+                    o.db,
+                    o.db_restart,
+                    o.disk_dir,
+                    o.dir + "/faults.log",
+                    kLeaseTtl,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(kStall)};
+    FaultInjector faults(targets, faults_for(o.mode, o.faults), o.seed, 700ms, 2000ms);
+    const auto start = Clock::now();
+    faults.run(start, start + o.duration, watch);
+    faults.heal();
+    for (auto& w : writers) {
+      w->stop(15s);
+    }
+    const auto drain_start = Clock::now();
+    auto in = with_database([&] { return read_ledger(o); });
+    std::unordered_set<std::string> ids;
+    for (const auto& c : in.committed) {
+      ids.insert(c.event_id);
+    }
+    std::printf("  writers stopped: %zu committed; draining\n", ids.size());
+    std::fflush(stdout);
+    while (Clock::now() - drain_start < o.drain && receiver.received_of(ids) < ids.size()) {
+      watch();
+      // The drain's poll period.
+      std::this_thread::sleep_for(100ms);
+    }
+    result.drain_seconds = std::chrono::duration<double>(Clock::now() - drain_start).count();
+    for (auto& r : relays) {
+      if (!r->stop(15s)) {
+        std::printf("  %s did not stop cleanly on SIGTERM (see its log)\n", r->name().c_str());
+      }
+    }
+    in = with_database([&] { return read_ledger(o); });
+    in.receipts = receiver.receipts();
+    result.ledger = check(in);
+    result.faults = faults.applied();
+    result.endpoint = receiver.counts();
+    const auto per_relay = per_relay_bound(o.mode);
+    auto applied = [&](const char* kind) {
+      const auto it = result.faults.find(kind);
+      return it == result.faults.end() ? std::size_t{0} : static_cast<std::size_t>(it->second);
+    };
+    result.duplicate_bound =
+        (applied("kill-relay") + applied("pause-relay") + relay_exits) * per_relay +
+        (applied("restart-db") + applied("kill-connections") + applied("disk-full")) *
+            static_cast<std::size_t>(o.relays) * per_relay +
+        result.endpoint.stalled;
+    if (result.ok() && !o.keep) {
+      with_database([&] {
+        drop_tables(o);
+        return 0;
+      });
+    }
+  } catch (const std::exception& e) {
+    result.error = e.what();
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - began).count();
+  return result;
+}
+
+}  // namespace outbox::chaos
