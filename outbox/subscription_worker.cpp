@@ -126,6 +126,26 @@ milliseconds SubscriptionRunner::Worker::run_once(std::string& waiting) {
     waiting = "its row cannot be used: " + *state->problem;
     return s.poll_interval;
   }
+  const LeaseToken* fenced = token ? &*token : nullptr;
+  if (unsaved_) {
+    // Only by the same holding of the lease and from the cursor it started at: after a rewind,
+    // or once another process held the subscription, those events are due again.
+    auto pending = std::exchange(unsaved_, std::nullopt);
+    if (pending->token == token && pending->from == state->cursor) {
+      unsaved_ = pending;  // kept while the write fails (it throws)
+      const bool moved = opts.store->advance(*conn, sub_.spec.name, pending->from, pending->to,
+                                             pending->delivered, fenced);
+      unsaved_.reset();
+      if (!moved) {
+        if (fence_) {
+          fence_->verify();
+        }
+        return milliseconds(0);
+      }
+      opts.metrics->increment_subscription_delivered(sub_.spec.name, pending->delivered);
+      state->cursor = pending->to;
+    }
+  }
   if (!sub_.publisher->is_healthy()) {
     waiting = "publisher " + sub_.spec.publisher + " is not healthy";
     return s.poll_interval;
@@ -225,10 +245,12 @@ milliseconds SubscriptionRunner::Worker::run_once(std::string& waiting) {
   const std::size_t done = halted.value_or(fail_at);
   const auto delivered = static_cast<std::int64_t>(
       std::count_if(index.begin(), index.end(), [&](std::size_t i) { return i < done; }));
-  const LeaseToken* fenced = token ? &*token : nullptr;
   if (done > 0) {
-    if (opts.store->advance(*conn, sub_.spec.name, state->cursor, events[done - 1].position,
-                            delivered, fenced)) {
+    unsaved_ = UnsavedAdvance{state->cursor, events[done - 1].position, delivered, token};
+    const bool moved = opts.store->advance(*conn, sub_.spec.name, state->cursor,
+                                           events[done - 1].position, delivered, fenced);
+    unsaved_.reset();
+    if (moved) {
       opts.metrics->increment_subscription_delivered(sub_.spec.name, delivered);
     } else {
       // Rewound meanwhile (the rewind wins), or the lease is gone: check which, read again.

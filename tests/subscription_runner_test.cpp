@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "outbox/lease_manager.hpp"
+#include "outbox/log.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/subscription.hpp"
 #include "outbox/transaction.hpp"
@@ -242,6 +243,59 @@ TEST_P(SubscriptionRunnerTest, AFailingPublisherKeepsTheCursorAndEndsFailedUntil
                                   {SubscriptionStatus::Failed}));
   ASSERT_TRUE(wait_until([&] { return caught_up("hook"); }));
   EXPECT_EQ(rec->ids(), (std::vector<std::string>{"e1", "e2"}));
+}
+
+// The cursor write fails after a batch was published (a full disk, a server going away; here a
+// trigger refuses the UPDATE): the retries save that cursor move first and publish nothing again,
+// however many polls the outage lasts.
+TEST_P(SubscriptionRunnerTest, ABatchWhoseCursorWriteFailedIsNotPublishedAgainAtEachRetry) {
+  const std::string flag = table_ + "_fail";
+  const std::string subscriptions = table_ + "_subscription";
+  {
+    auto conn = pool_->acquire();
+    conn->execute("CREATE TABLE " + flag + " (x INTEGER)");
+    conn->execute("INSERT INTO " + flag + " VALUES (1)");
+    const std::string failing = "EXISTS (SELECT 1 FROM " + flag + ")";
+    if (engine_is("sqlite")) {
+      conn->execute("CREATE TRIGGER " + flag + " BEFORE UPDATE ON " + subscriptions + " WHEN " +
+                    failing + " BEGIN SELECT RAISE(ABORT, 'no space left on device'); END");
+    } else if (engine_is("postgres")) {
+      conn->execute("CREATE FUNCTION " + flag + "() RETURNS trigger AS $$ BEGIN IF " + failing +
+                    " THEN RAISE EXCEPTION 'no space left on device'; END IF; RETURN NEW; END $$ "
+                    "LANGUAGE plpgsql");
+      conn->execute("CREATE TRIGGER " + flag + " BEFORE UPDATE ON " + subscriptions +
+                    " FOR EACH ROW EXECUTE FUNCTION " + flag + "()");
+    } else {
+      conn->execute("CREATE TRIGGER " + flag + " BEFORE UPDATE ON " + subscriptions +
+                    " FOR EACH ROW BEGIN IF " + failing +
+                    " THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'no space left on device'; "
+                    "END IF; END");
+    }
+  }
+  std::vector<std::string> ids;
+  for (int i = 0; i < 20; ++i) {
+    ids.push_back("e" + std::to_string(i));
+    write(ids.back());
+  }
+  std::atomic<int> failed_saves{0};
+  set_log_sink([&](LogLevel, std::string_view message) {
+    if (message.find("outage") != std::string_view::npos &&
+        message.find("no space left on device") != std::string_view::npos) {
+      ++failed_saves;
+    }
+  });
+  auto rec = std::make_shared<Recorder>();
+  auto r = runner({{{"outage", {}, "log", ""}, rec}});
+  // Several polls meet the failing write after the batch went out.
+  const bool retried = wait_until([&] { return failed_saves >= 5; });
+  pool_->acquire()->execute("DELETE FROM " + flag);
+  set_log_sink({});
+  ASSERT_TRUE(retried);
+  ASSERT_TRUE(wait_until([&] { return caught_up("outage"); }));
+  r.reset();
+  EXPECT_EQ(rec->ids(), ids);
+  EXPECT_EQ(rec->calls(), 1);
+  EXPECT_EQ(stream_->find(*pool_->acquire(), "outage")->delivered, 20);
 }
 
 TEST_P(SubscriptionRunnerTest, PausedByPlainSqlItStopsAndResumedItGoesOn) {

@@ -69,8 +69,18 @@ class SubscriptionRunner::Worker final : public internal::LeaseBalancer::Item {
   std::atomic<bool> yield_{false};
   // Woken since the last poll that read something: an empty read then means held back.
   std::atomic<bool> woken_{false};
-  int empty_polls_ = 0;       // the thread's own
-  bool retrying_ = false;     // the thread's own: run_once's wait is a retry delay
+  int empty_polls_ = 0;    // the thread's own
+  bool retrying_ = false;  // the thread's own: run_once's wait is a retry delay
+  /// A cursor move for events already published whose write failed (the disk full, the server
+  /// gone): saved before anything is read again, so an outage of the table does not publish the
+  /// batch again at every retry. The thread's own.
+  struct UnsavedAdvance {
+    StreamPosition from;
+    StreamPosition to;
+    std::int64_t delivered = 0;
+    std::optional<LeaseToken> token;
+  };
+  std::optional<UnsavedAdvance> unsaved_;
   mutable std::mutex mutex_;  // guards waiting_, state_, wait_, retry_at_, polled_now_
   std::string waiting_ = "starting";
   std::optional<SubscriptionState> state_;

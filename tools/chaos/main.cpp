@@ -2,6 +2,7 @@
 // from a seed, and a ledger that says what was lost, duplicated, stuck or out of order.
 // See docs/reliability.md ("The chaos harness").
 
+#include <signal.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -93,6 +94,10 @@ class SmallDisk {
   bool mounted_ = false;
 };
 
+extern "C" void on_signal(int) {
+  interrupted() = true;
+}
+
 int run_writer_command(int argc, char** argv) {
   WriterOptions o;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -125,6 +130,13 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "writer") {
     return run_writer_command(argc, argv);
   }
+  // Ctrl-C or SIGTERM ends the round in progress properly: its relays and writers are stopped (they
+  // run in process groups of their own, so the terminal's signal does not reach them) and the
+  // tmpfs is unmounted.
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   std::map<std::string, std::string> opt;
   bool markdown = false;
   bool keep = false;
@@ -288,6 +300,9 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       all_ok = all_ok && res.ok();
       results.emplace_back(o, res);
+      if (interrupted()) {
+        break;
+      }
     }
 
     // The summary, one line per round.

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "faults.hpp"
@@ -158,6 +159,11 @@ std::vector<std::string> faults_for(const std::string& mode, std::vector<std::st
   return kinds;
 }
 
+std::atomic<bool>& interrupted() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
 const std::vector<std::string>& modes() {
   static const std::vector<std::string> all{"groups", "subscription", "concurrent", "ordered"};
   return all;
@@ -215,7 +221,7 @@ RoundResult run_round(const RoundOptions& o) {
           }
         }
       }
-      return false;
+      return interrupted().load();
     };
     Targets targets{&relays,
                     &writers,
@@ -241,10 +247,14 @@ RoundResult run_round(const RoundOptions& o) {
     }
     std::printf("  writers stopped: %zu committed; draining\n", ids.size());
     std::fflush(stdout);
-    while (Clock::now() - drain_start < o.drain && receiver.received_of(ids) < ids.size()) {
+    while (Clock::now() - drain_start < o.drain && receiver.received_of(ids) < ids.size() &&
+           !interrupted()) {
       watch();
       // The drain's poll period.
       std::this_thread::sleep_for(100ms);
+    }
+    if (interrupted()) {
+      throw std::runtime_error("interrupted");
     }
     result.drain_seconds = std::chrono::duration<double>(Clock::now() - drain_start).count();
     for (auto& r : relays) {

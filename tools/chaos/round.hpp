@@ -2,6 +2,7 @@
 // One chaos round: a fresh outbox table, writers and relays as processes, faults for a while, a
 // drain, and the ledger's verdict.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <map>
@@ -61,6 +62,10 @@ struct RoundResult {
            unexpected_exits == 0;
   }
 };
+
+/// Set (from a signal handler too) to end the round at its next check: faults undone, processes
+/// stopped, RoundResult::error "interrupted".
+std::atomic<bool>& interrupted();
 
 /// Runs one round, printing its faults as they happen. Never throws: a failure to set up is
 /// RoundResult::error.
