@@ -97,7 +97,9 @@ void FaultInjector::inject(const std::string& kind) {
     }
     child->kill_hard();
     ++applied_[kind];
-    say("SIGKILL " + child->name());
+    const std::size_t flying = kind == "kill-relay" ? count_in_flight(child->name()) : 0;
+    say("SIGKILL " + child->name() +
+        (kind == "kill-relay" ? " (" + std::to_string(flying) + " in flight)" : ""));
     undo_.push_back(
         {Clock::now() + between(0, 1500), "restart " + child->name(), [child] { child->start(); }});
   } else if (kind == "pause-relay") {
@@ -107,9 +109,11 @@ void FaultInjector::inject(const std::string& kind) {
     }
     child->pause();
     ++applied_[kind];
-    // Past the lease ttl (and the claims' expiry): the others take its work over meanwhile.
-    const auto held = t_.lease_ttl + between(500, 2500);
-    say("SIGSTOP " + child->name() + " for " + std::to_string(held.count()) + " ms");
+    // Past the lease ttl and the claims' expiry: the others take its work over meanwhile.
+    const auto held = std::max(t_.lease_ttl, t_.lock_expiry) + between(500, 2500);
+    const auto flying = count_in_flight(child->name());
+    say("SIGSTOP " + child->name() + " for " + std::to_string(held.count()) + " ms (" +
+        std::to_string(flying) + " in flight)");
     undo_.push_back(
         {Clock::now() + held, "SIGCONT " + child->name(), [child] { child->resume(); }});
   } else if (kind == "restart-db") {
@@ -117,12 +121,14 @@ void FaultInjector::inject(const std::string& kind) {
       return;
     }
     ++applied_[kind];
+    count_in_flight("");
     restart_database();
   } else if (kind == "kill-connections") {
     if (t_.db.rfind("sqlite", 0) == 0) {
       return;
     }
     ++applied_[kind];
+    count_in_flight("");
     kill_connections();
   } else if (kind.rfind("endpoint-", 0) == 0) {
     if (endpoint_faulty_) {
@@ -147,6 +153,12 @@ void FaultInjector::inject(const std::string& kind) {
     ++applied_[kind];
     fill_disk();
   }
+}
+
+std::size_t FaultInjector::count_in_flight(const std::string& relay) {
+  const auto n = t_.in_flight ? t_.in_flight(relay) : 0;
+  in_flight_ += n;
+  return n;
 }
 
 void FaultInjector::restart_database() {
@@ -214,6 +226,7 @@ void FaultInjector::fill_disk() {
   }
   ::close(fd);
   disk_full_ = true;
+  count_in_flight("");
   const auto held = between(500, 2500);
   say("disk full (" + std::to_string(written >> 20) + " MiB of ballast) for " +
       std::to_string(held.count()) + " ms");

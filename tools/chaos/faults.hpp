@@ -29,7 +29,11 @@ struct Targets {
   std::string disk_dir;    ///< a small file system holding the SQLite file ("" when unavailable)
   std::string log;         ///< where shell commands write
   std::chrono::milliseconds lease_ttl{};
-  std::chrono::milliseconds stall{};
+  std::chrono::milliseconds lock_expiry{};
+  /// What a relay (all of them: "") holds in flight now: what a fault that strands it may make
+  /// be delivered again. Asked right after a relay is killed or paused (it takes no more), before
+  /// a server restart or connection kill, once the disk is full.
+  std::function<std::size_t(const std::string& relay)> in_flight;
 };
 
 class FaultInjector {
@@ -46,6 +50,8 @@ class FaultInjector {
   void heal();
   /// How many of each kind were applied.
   const std::map<std::string, int>& applied() const { return applied_; }
+  /// The sum of what was in flight at each fault (Targets::in_flight).
+  std::size_t in_flight_at_faults() const { return in_flight_; }
 
  private:
   struct Undo {
@@ -59,6 +65,7 @@ class FaultInjector {
   Child* pick(std::vector<std::unique_ptr<Child>>& children);
   void say(const std::string& text);
   void kill_connections();
+  std::size_t count_in_flight(const std::string& relay);
   void restart_database();
   void fill_disk();
 
@@ -69,6 +76,7 @@ class FaultInjector {
   std::chrono::steady_clock::time_point start_;
   std::vector<Undo> undo_;
   std::map<std::string, int> applied_;
+  std::size_t in_flight_ = 0;
   bool endpoint_faulty_ = false;
   bool disk_full_ = false;
 };

@@ -25,10 +25,11 @@ LedgerResult check(const LedgerInput& input) {
   r.rolled_back = input.rolled_back.size();
   r.receipts = input.receipts.size();
 
-  std::unordered_set<std::string> committed_ids;
-  committed_ids.reserve(input.committed.size());
+  // The committed row is the truth of an event's key and sequence; the payload is compared.
+  std::unordered_map<std::string, const Committed*> committed;
+  committed.reserve(input.committed.size());
   for (const auto& c : input.committed) {
-    committed_ids.insert(c.event_id);
+    committed.emplace(c.event_id, &c);
   }
 
   std::unordered_set<std::string> received;
@@ -40,7 +41,8 @@ LedgerResult check(const LedgerInput& input) {
     if (!first) {
       ++r.duplicates;
     }
-    if (!committed_ids.contains(receipt.event_id)) {
+    const auto row = committed.find(receipt.event_id);
+    if (row == committed.end()) {
       if (first) {
         ++r.uncommitted_delivered;
         note(r.problems, counts, "delivered but never committed",
@@ -50,34 +52,67 @@ LedgerResult check(const LedgerInput& input) {
       }
       continue;
     }
+    const Committed& c = *row->second;
+    if (receipt.key != c.key || receipt.seq != c.seq) {
+      ++r.mismatched;
+      note(r.problems, counts, "mismatched",
+           receipt.event_id + " arrived as " + receipt.key + " #" + std::to_string(receipt.seq) +
+               ", committed as " + c.key + " #" + std::to_string(c.seq));
+    }
     if (!input.ordered) {
       continue;
     }
-    auto& seen = arrived[receipt.key];
-    auto& top = highest[receipt.key];
+    auto& seen = arrived[c.key];
+    auto& top = highest[c.key];
     if (first) {
-      if (receipt.seq > 1 && !seen.contains(receipt.seq - 1)) {
+      if (c.seq > 1 && !seen.contains(c.seq - 1)) {
         ++r.order_violations;
-        note(r.problems, counts, "order",
-             receipt.key + " #" + std::to_string(receipt.seq) + " arrived before #" +
-                 std::to_string(receipt.seq - 1));
+        note(
+            r.problems, counts, "order",
+            c.key + " #" + std::to_string(c.seq) + " arrived before #" + std::to_string(c.seq - 1));
       }
-      seen.insert(receipt.seq);
-    } else if (receipt.seq < top) {
+      seen.insert(c.seq);
+    } else if (c.seq < top) {
       ++r.late_duplicates;
+      if (r.notes.size() < kExamplesPerKind) {
+        r.notes.push_back("late duplicate: " + c.key + " #" + std::to_string(c.seq) +
+                          " again after #" + std::to_string(top) +
+                          (receipt.via.empty() ? "" : ", from " + receipt.via));
+      }
     }
-    if (receipt.seq > top) {
-      top = receipt.seq;
+    if (c.seq > top) {
+      top = c.seq;
     }
   }
 
+  // Every key's sequence counts 1, 2, … once each: what the order check relies on.
+  std::unordered_map<std::string, std::set<long>> sequences;
   for (const auto& c : input.committed) {
-    if (received.contains(c.event_id)) {
-      ++r.delivered;
-      continue;
+    if (!sequences[c.key].insert(c.seq).second) {
+      note(r.problems, counts, "ledger", c.key + " #" + std::to_string(c.seq) + " committed twice");
+      ++r.mismatched;
     }
+  }
+  if (!input.rows_acknowledge) {
+    r.unacknowledged = input.unread;
+    if (input.unread > 0) {
+      note(r.problems, counts, "unacknowledged",
+           std::to_string(input.unread) + " events after the subscription's cursor");
+    }
+  }
+  for (const auto& c : input.committed) {
     const auto row = input.rows.find(c.event_id);
     const RowState state = row == input.rows.end() ? RowState::Missing : row->second;
+    if (received.contains(c.event_id)) {
+      ++r.delivered;
+      if (input.rows_acknowledge && state == RowState::Pending) {
+        ++r.unacknowledged;
+        note(r.problems, counts, "unacknowledged",
+             c.event_id + " (" + c.key + " #" + std::to_string(c.seq) +
+                 ") received but still pending");
+      }
+      continue;
+    }
     switch (state) {
       case RowState::Pending:
         ++r.stuck;

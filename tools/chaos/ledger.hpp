@@ -17,11 +17,13 @@ struct Committed {
   long seq = 0;     ///< 1, 2, … per key in commit order, without gaps
 };
 
-/// One delivery, in arrival order.
+/// One delivery, in arrival order: the event id from the message's metadata, key and sequence from
+/// its payload (compared with the committed row's).
 struct Receipt {
   std::string event_id;
   std::string key;
   long seq = 0;
+  std::string via;  ///< who delivered it (the relay's name), for the report
 };
 
 /// The outbox row of an event after the drain.
@@ -33,6 +35,10 @@ struct LedgerInput {
   std::vector<Receipt> receipts;
   std::unordered_map<std::string, RowState> rows;  ///< by event id (absent: Missing)
   bool ordered = false;                            ///< check per-key order
+  /// Claim modes: a delivered event's row must be DONE (its acknowledgement was written). False
+  /// for subscriptions, whose rows stay NEW: `unread` says what the cursor has not passed.
+  bool rows_acknowledge = true;
+  std::size_t unread = 0;  ///< subscriptions: events after the cursor once drained
 };
 
 struct LedgerResult {
@@ -44,7 +50,12 @@ struct LedgerResult {
   /// Committed, never received, and no longer pending (DONE or gone): the outbox dropped it.
   std::size_t lost = 0;
   std::size_t stuck = 0;  ///< committed, never received, still pending
-  std::size_t dead = 0;   ///< committed, never received, DEAD
+  /// Received, but the outbox does not know: the row still pending (claim modes) or events left
+  /// after the subscription's cursor. They would be delivered again.
+  std::size_t unacknowledged = 0;
+  /// Received with a key or sequence other than its committed row's (a corrupted delivery).
+  std::size_t mismatched = 0;
+  std::size_t dead = 0;  ///< committed, never received, DEAD
   /// Received but never committed (rolled back, or a transaction killed before its commit).
   std::size_t uncommitted_delivered = 0;
   /// First deliveries that came before their key's previous event had arrived (ordered runs).
@@ -53,11 +64,13 @@ struct LedgerResult {
   /// reported: a receiver that keeps the last version per key must de-duplicate by id).
   std::size_t late_duplicates = 0;
   std::vector<std::string> problems;  ///< the first few of each kind, described
+  std::vector<std::string> notes;     ///< the first few late duplicates, described (no failure)
 
-  /// True when nothing was lost, stuck, dead, delivered uncommitted or out of order.
+  /// True when work was done and nothing was lost, stuck, dead, unacknowledged, corrupted,
+  /// delivered uncommitted or out of order.
   bool clean() const {
     return lost == 0 && stuck == 0 && dead == 0 && uncommitted_delivered == 0 &&
-           order_violations == 0;
+           order_violations == 0 && unacknowledged == 0 && mismatched == 0 && committed > 0;
   }
 };
 

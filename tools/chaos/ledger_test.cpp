@@ -31,12 +31,18 @@ TEST(ChaosLedger, ACleanRunIsClean) {
 TEST(ChaosLedger, ARepeatIsADuplicateAndALateOneIsReported) {
   auto in = three_committed(true);
   // a1 again right away (a re-send after a failure), then once more after a2 (late).
-  in.receipts = {{"a1", "a", 1}, {"a1", "a", 1}, {"a2", "a", 2}, {"a1", "a", 1}, {"b1", "b", 1}};
+  in.receipts = {{"a1", "a", 1, "relay-0"},
+                 {"a1", "a", 1, "relay-0"},
+                 {"a2", "a", 2, "relay-1"},
+                 {"a1", "a", 1, "relay-0"},
+                 {"b1", "b", 1, "relay-1"}};
   const auto r = check(in);
   EXPECT_TRUE(r.clean());
   EXPECT_EQ(r.duplicates, 2u);
   EXPECT_EQ(r.late_duplicates, 1u);
   EXPECT_EQ(r.order_violations, 0u);
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_EQ(r.notes[0], "late duplicate: a #1 again after #2, from relay-0");
 }
 
 TEST(ChaosLedger, AnEventBeforeItsPredecessorIsAnOrderViolation) {
@@ -76,6 +82,47 @@ TEST(ChaosLedger, ADeliveryNobodyCommittedIsCaughtAndNamed) {
   ASSERT_EQ(r.problems.size(), 2u);
   EXPECT_NE(r.problems[0].find("rolled back by its writer"), std::string::npos);
   EXPECT_NE(r.problems[1].find("never committed"), std::string::npos);
+}
+
+TEST(ChaosLedger, ADeliveryTheOutboxDidNotRecordIsUnacknowledged) {
+  auto in = three_committed(false);
+  in.rows["a2"] = RowState::Pending;  // delivered, but its row would be sent again
+  in.receipts = {{"a1", "a", 1}, {"a2", "a", 2}, {"b1", "b", 1}};
+  auto r = check(in);
+  EXPECT_EQ(r.unacknowledged, 1u);
+  EXPECT_FALSE(r.clean());
+  // Subscriptions leave rows NEW: what counts is what the cursor has not passed.
+  in.rows_acknowledge = false;
+  EXPECT_TRUE(check(in).clean());
+  in.unread = 2;
+  r = check(in);
+  EXPECT_EQ(r.unacknowledged, 2u);
+  EXPECT_FALSE(r.clean());
+}
+
+TEST(ChaosLedger, TheCommittedRowDecidesKeyAndOrderAndTheDeliveryIsComparedWithIt) {
+  auto in = three_committed(true);
+  // Bodies #1, #2 on a2 and a1: the ids arrived in the wrong order whatever the bodies say.
+  in.receipts = {{"a2", "a", 1}, {"a1", "a", 2}, {"b1", "b", 1}};
+  const auto r = check(in);
+  EXPECT_EQ(r.order_violations, 1u);
+  EXPECT_EQ(r.mismatched, 2u);
+  EXPECT_FALSE(r.clean());
+}
+
+TEST(ChaosLedger, ASequenceCommittedTwiceIsReported) {
+  auto in = three_committed(true);
+  in.committed.push_back({"a2bis", "a", 2});
+  in.rows["a2bis"] = RowState::Done;
+  in.receipts = {{"a1", "a", 1}, {"a2", "a", 2}, {"a2bis", "a", 2}, {"b1", "b", 1}};
+  const auto r = check(in);
+  EXPECT_EQ(r.mismatched, 1u);
+  EXPECT_FALSE(r.clean());
+}
+
+TEST(ChaosLedger, ARunThatCommittedNothingIsNotClean) {
+  LedgerInput in;
+  EXPECT_FALSE(check(in).clean());
 }
 
 TEST(ChaosLedger, ProblemsAreCappedPerKind) {

@@ -2,6 +2,7 @@
 // from a seed, and a ledger that says what was lost, duplicated, stuck or out of order.
 // See docs/reliability.md ("The chaos harness").
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <unistd.h>
@@ -74,10 +75,15 @@ std::string url_port(const std::string& url) {
 }
 
 // A small file system of its own for the SQLite file, so that disk-full fills it and nothing else.
+// Mounted in a mount namespace of the harness's own (its children inherit it) where it can: then
+// it goes away with the last of them, however the harness ends.
 class SmallDisk {
  public:
   explicit SmallDisk(const std::string& dir) : dir_(dir) {
     std::filesystem::create_directories(dir);
+    if (::unshare(CLONE_NEWNS) == 0) {
+      ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+    }
     mounted_ = ::mount("outbox-chaos", dir.c_str(), "tmpfs", 0, "size=256m") == 0;
   }
   ~SmallDisk() {
@@ -137,6 +143,7 @@ int main(int argc, char** argv) {
   sa.sa_handler = on_signal;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGHUP, &sa, nullptr);
   std::map<std::string, std::string> opt;
   bool markdown = false;
   bool keep = false;
@@ -161,6 +168,10 @@ int main(int argc, char** argv) {
     return it == opt.end() ? def : it->second;
   };
   try {
+    if (opt.contains("engine") && opt.contains("db")) {
+      std::fprintf(stderr, "outbox-chaos: give --engine or --db, not both\n");
+      return 2;
+    }
     const std::string engine = get("engine", opt.contains("db") ? "" : "sqlite");
     std::string db = get("db", "");
     std::string restart = get("db-restart", "");
@@ -235,7 +246,9 @@ int main(int argc, char** argv) {
       drop("restart-db", "SQLite has no server");
       drop("kill-connections", "SQLite has no server");
       const bool wants_disk = std::find(faults.begin(), faults.end(), "disk-full") != faults.end();
-      if (wants_disk) {
+      if (wants_disk && !db.empty()) {
+        drop("disk-full", "the --db file is not on the harness's own small file system");
+      } else if (wants_disk) {
         disk = std::make_unique<SmallDisk>(work + "/disk");
         if (!disk->mounted()) {
           drop("disk-full", "mounting a tmpfs needs root (CAP_SYS_ADMIN)");
@@ -288,14 +301,19 @@ int main(int argc, char** argv) {
       const auto& l = res.ledger;
       std::printf(
           "round %d: %s  committed %zu, rolled back %zu, delivered %zu, lost %zu, uncommitted "
-          "delivered %zu, stuck %zu, dead %zu, order violations %zu, duplicates %zu (bound %zu, "
-          "late %zu), unexpected exits %zu, drain %.1f s%s%s\n",
+          "delivered %zu, stuck %zu, dead %zu, unacknowledged %zu, mismatched %zu, order "
+          "violations %zu, duplicates %zu (bound %zu, late %zu), unexpected exits %zu, unclean "
+          "stops %zu, drain %.1f s%s%s\n",
           r, res.ok() ? "OK" : "FAILED", l.committed, l.rolled_back, l.delivered, l.lost,
-          l.uncommitted_delivered, l.stuck, l.dead, l.order_violations, l.duplicates,
-          res.duplicate_bound, l.late_duplicates, res.unexpected_exits, res.drain_seconds,
+          l.uncommitted_delivered, l.stuck, l.dead, l.unacknowledged, l.mismatched,
+          l.order_violations, l.duplicates, res.duplicate_bound, l.late_duplicates,
+          res.unexpected_exits, res.unclean_stops, res.drain_seconds,
           res.error.empty() ? "" : "; error: ", res.error.c_str());
       for (const auto& p : l.problems) {
         std::printf("    %s\n", p.c_str());
+      }
+      for (const auto& n : l.notes) {
+        std::printf("    (%s)\n", n.c_str());
       }
       std::fflush(stdout);
       all_ok = all_ok && res.ok();
@@ -307,10 +325,11 @@ int main(int argc, char** argv) {
 
     // The summary, one line per round.
     std::printf(markdown ? "\n| round | seed | mode | faults | committed | delivered | lost | "
-                           "uncommitted delivered | stuck | order | duplicates (bound) | "
-                           "drain s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+                           "uncommitted delivered | stuck or dead | unacknowledged | order | "
+                           "duplicates (bound) | drain s | ok |\n"
+                           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
                          : "\nround  seed      mode          faults  committed  delivered  lost  "
-                           "uncommitted  stuck  order  duplicates(bound)  drain\n");
+                           "uncommitted  stuck  unacked  order  duplicates(bound)  drain  ok\n");
     for (std::size_t r = 0; r < results.size(); ++r) {
       const auto& [o, res] = results[r];
       const auto& l = res.ledger;
@@ -320,11 +339,13 @@ int main(int argc, char** argv) {
       }
       const std::string dup =
           std::to_string(l.duplicates) + " (" + std::to_string(res.duplicate_bound) + ")";
-      std::printf(
-          markdown ? "| %zu | %llu | %s | %d | %zu | %zu | %zu | %zu | %zu | %zu | %s | %.1f |\n"
-                   : "%-6zu %-9llu %-13s %-7d %-10zu %-10zu %-5zu %-12zu %-6zu %-6zu %-18s %.1f\n",
-          r, o.seed, o.mode.c_str(), n, l.committed, l.delivered, l.lost, l.uncommitted_delivered,
-          l.stuck + l.dead, l.order_violations, dup.c_str(), res.drain_seconds);
+      std::printf(markdown ? "| %zu | %llu | %s | %d | %zu | %zu | %zu | %zu | %zu | %zu | %zu | "
+                             "%s | %.1f | %s |\n"
+                           : "%-6zu %-9llu %-13s %-7d %-10zu %-10zu %-5zu %-12zu %-6zu %-8zu "
+                             "%-6zu %-18s %-6.1f %s\n",
+                  r, o.seed, o.mode.c_str(), n, l.committed, l.delivered, l.lost,
+                  l.uncommitted_delivered, l.stuck + l.dead, l.unacknowledged, l.order_violations,
+                  dup.c_str(), res.drain_seconds, res.ok() ? "yes" : "NO");
     }
     std::map<std::string, int> totals;
     for (const auto& [o, res] : results) {

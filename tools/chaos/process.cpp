@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +28,7 @@ void Child::start() {
     args.push_back(a.data());
   }
   args.push_back(nullptr);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     throw std::runtime_error("fork failed for " + name_);
@@ -38,11 +40,17 @@ void Child::start() {
       dup2(fd, STDERR_FILENO);
       close(fd);
     }
-    // Its own process group: a Ctrl-C on the harness reaches the harness, which stops it.
+    // Its own process group (signals reach whatever it starts too), away from the terminal's: a
+    // Ctrl-C reaches the harness, which stops the round. Killed with the harness, however it dies.
     setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) {
+      _exit(127);
+    }
     execv(args[0], args.data());
     _exit(127);
   }
+  setpgid(pid, pid);  // as the child does: whichever runs first, signals to the group work
   pid_ = pid;
   paused_ = false;
 }
@@ -51,7 +59,7 @@ void Child::kill_hard() {
   if (!running()) {
     return;
   }
-  ::kill(pid_, SIGKILL);
+  ::kill(-pid_, SIGKILL);
   int status = 0;
   waitpid(pid_, &status, 0);
   pid_ = -1;
@@ -60,14 +68,14 @@ void Child::kill_hard() {
 
 void Child::pause() {
   if (running() && !paused_) {
-    ::kill(pid_, SIGSTOP);
+    ::kill(-pid_, SIGSTOP);
     paused_ = true;
   }
 }
 
 void Child::resume() {
   if (running() && paused_) {
-    ::kill(pid_, SIGCONT);
+    ::kill(-pid_, SIGCONT);
     paused_ = false;
   }
 }
@@ -77,11 +85,12 @@ bool Child::stop(std::chrono::milliseconds timeout) {
     return false;
   }
   resume();
-  ::kill(pid_, SIGTERM);
+  ::kill(-pid_, SIGTERM);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      ::kill(-pid_, SIGKILL);  // anything it started and left behind
       pid_ = -1;
       return WIFEXITED(status) && WEXITSTATUS(status) == 0;
     }
@@ -102,6 +111,7 @@ bool Child::exited() {
   if (waitpid(pid_, &status, WNOHANG) != pid_) {
     return false;
   }
+  ::kill(-pid_, SIGKILL);
   pid_ = -1;
   paused_ = false;
   return true;

@@ -23,7 +23,8 @@ class Child {
   /// Starts it (again). Throws std::runtime_error when fork fails.
   void start();
   bool running() const { return pid_ > 0; }
-  /// SIGKILL and reap. No-op when not running.
+  /// Signals go to its process group (what it started, too). SIGKILL and reap. No-op when not
+  /// running.
   void kill_hard();
   /// SIGSTOP / SIGCONT.
   void pause();

@@ -27,6 +27,7 @@ struct Receiver::State {
   void handle(const httplib::Request& req, httplib::Response& res) {
     Receipt receipt;
     receipt.event_id = req.get_header_value("X-Outbox-Event-Id");
+    receipt.via = req.path.substr(req.path.rfind('/') + 1);
     try {
       const auto body = nlohmann::json::parse(req.body);
       receipt.key = body.at("k").get<std::string>();

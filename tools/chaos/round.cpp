@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -31,13 +32,16 @@ constexpr int kGroups = 16;
 constexpr int kPerGroup = 5;
 constexpr int kSubscriptionBatch = 50;
 constexpr auto kLeaseTtl = 2s;
+constexpr auto kLockExpiry = 3s;
 constexpr auto kRequestTimeout = 1s;
 // A stalled delivery is answered after the relay gave up on it.
 constexpr auto kStall = kRequestTimeout + 500ms;
 
-// Events one relay may have delivered without its acknowledgement reaching the table: what a
-// fault that strands it can make it (or its successor) deliver again.
-std::size_t per_relay_bound(const std::string& mode) {
+// What one relay may have delivered without its acknowledgement reaching the table, by its
+// configuration, where its claims cannot be counted: a subscription's batch (rows are not
+// claimed), the ordered leader's queue and poll (no claim locking). In claim modes the harness
+// counts the claimed rows themselves at each fault.
+std::size_t configured_in_flight(const std::string& mode) {
   if (mode == "subscription") {
     return kSubscriptionBatch;
   }
@@ -46,6 +50,14 @@ std::size_t per_relay_bound(const std::string& mode) {
     bound += kGroups * kPerGroup;
   }
   return bound;
+}
+
+bool claims_rows(const std::string& mode) {
+  return mode == "groups" || mode == "concurrent";
+}
+
+std::string placeholder(sql::Connection& conn) {
+  return conn.dialect() == "postgres" ? "$1" : "?";
 }
 
 std::string relay_config(const RoundOptions& o, const std::string& name, const std::string& url) {
@@ -62,8 +74,8 @@ std::string relay_config(const RoundOptions& o, const std::string& name, const s
   };
   c << "[database]\nurl = " << quoted(o.db) << "\ntable = " << quoted(o.table)
     << "\npool_size = 4\nconnect_timeout = \"3s\"\nio_timeout = \"5s\"\nkeepalive_idle = \"2s\"\n";
-  c << "[poller]\ninterval = \"100ms\"\nbatch = " << kPollBatch
-    << "\nlock_expiry = \"3s\"\nowner = " << quoted(name) << "\n";
+  c << "[poller]\ninterval = \"100ms\"\nbatch = " << kPollBatch << "\nlock_expiry = \""
+    << kLockExpiry.count() << "s\"\nowner = " << quoted(name) << "\n";
   c << "[dispatcher]\nworkers = " << kWorkers << "\nqueue = " << kQueue
     << "\nmax_attempts = 1000\nbackoff_base = \"50ms\"\nbackoff_max = \"1s\"\n"
        "drain_timeout = \"3s\"\n";
@@ -112,7 +124,7 @@ void set_up_tables(const RoundOptions& o) {
   const bool mysql = conn->dialect() == "mysql";
   conn->execute("CREATE TABLE " + ledger_table(o.table) +
                 " (event_id VARCHAR(64) PRIMARY KEY, w INTEGER NOT NULL, k VARCHAR(64) NOT NULL, "
-                "seq BIGINT NOT NULL)" +
+                "seq BIGINT NOT NULL, UNIQUE (k, seq))" +
                 (mysql ? " ENGINE=InnoDB" : ""));
 }
 
@@ -125,11 +137,28 @@ void drop_tables(const RoundOptions& o) {
   }
 }
 
+// Subscriptions: the events after the subscription's cursor (0 once everything is acknowledged).
+std::size_t unread(sql::Connection& conn, const RoundOptions& o) {
+  auto stream = detect_stream_store(conn, o.table);
+  const auto state = stream->find(conn, "chaos");
+  return state ? stream->read(conn, state->cursor, 1000000).size() : 0;
+}
+
+// Claim modes: rows still pending (none once every event's acknowledgement was written).
+std::size_t pending(sql::Connection& conn, const RoundOptions& o) {
+  return static_cast<std::size_t>(
+      conn.query("SELECT COUNT(*) FROM " + o.table + " WHERE status IN (0, 2)")[0].get_int(0));
+}
+
 LedgerInput read_ledger(const RoundOptions& o) {
   LedgerInput in;
   in.ordered = o.mode != "concurrent";
+  in.rows_acknowledge = o.mode != "subscription";
   auto pool = open_pool(o.db, 1);
   auto conn = pool->acquire();
+  if (!in.rows_acknowledge) {
+    in.unread = unread(*conn, o);
+  }
   for (const auto& row : conn->query("SELECT event_id, k, seq FROM " + ledger_table(o.table))) {
     in.committed.push_back({row.get_text(0), row.get_text(1), row.get_int(2)});
   }
@@ -223,15 +252,32 @@ RoundResult run_round(const RoundOptions& o) {
       }
       return interrupted().load();
     };
-    Targets targets{&relays,
-                    &writers,
-                    &receiver,
-                    o.db,
-                    o.db_restart,
-                    o.disk_dir,
-                    o.dir + "/faults.log",
-                    kLeaseTtl,
-                    std::chrono::duration_cast<std::chrono::milliseconds>(kStall)};
+    // What a fault may make be delivered again: in claim modes the rows the relay (or every
+    // relay) holds claimed at that moment, else what its configuration lets it hold.
+    // (Ordered and subscription modes: one relay delivers, the leader or the holder.)
+    auto in_flight = [&](const std::string& relay) -> std::size_t {
+      if (!claims_rows(o.mode)) {
+        return configured_in_flight(o.mode);
+      }
+      try {
+        auto pool = open_pool(o.db, 1);
+        auto conn = pool->acquire();
+        const std::string sql =
+            "SELECT COUNT(*) FROM " + o.table + " WHERE status IN (0, 2) AND locked_by IS NOT NULL";
+        if (relay.empty()) {
+          return static_cast<std::size_t>(conn->query(sql)[0].get_int(0));
+        }
+        return static_cast<std::size_t>(
+            conn->query(sql + " AND locked_by = " + placeholder(*conn), {sql::TextRef{relay}})[0]
+                .get_int(0));
+      } catch (const std::exception&) {
+        // The database cannot say (it is restarting): the configuration's figure.
+        return configured_in_flight(o.mode) * static_cast<std::size_t>(o.relays);
+      }
+    };
+    Targets targets{
+        &relays,   &writers,    &receiver, o.db, o.db_restart, o.disk_dir, o.dir + "/faults.log",
+        kLeaseTtl, kLockExpiry, in_flight};
     FaultInjector faults(targets, faults_for(o.mode, o.faults), o.seed, 700ms, 2000ms);
     const auto start = Clock::now();
     faults.run(start, start + o.duration, watch);
@@ -247,8 +293,19 @@ RoundResult run_round(const RoundOptions& o) {
     }
     std::printf("  writers stopped: %zu committed; draining\n", ids.size());
     std::fflush(stdout);
-    while (Clock::now() - drain_start < o.drain && receiver.received_of(ids) < ids.size() &&
-           !interrupted()) {
+    // Drained when every committed event arrived and the outbox knows it (rows DONE, the
+    // subscription's cursor at the end): an event delivered but not acknowledged would go again.
+    auto acknowledged = [&] {
+      try {
+        auto pool = open_pool(o.db, 1);
+        auto conn = pool->acquire();
+        return (o.mode == "subscription" ? unread(*conn, o) : pending(*conn, o)) == 0;
+      } catch (const std::exception&) {
+        return false;
+      }
+    };
+    while (Clock::now() - drain_start < o.drain && !interrupted() &&
+           (receiver.received_of(ids) < ids.size() || !acknowledged())) {
       watch();
       // The drain's poll period.
       std::this_thread::sleep_for(100ms);
@@ -259,6 +316,7 @@ RoundResult run_round(const RoundOptions& o) {
     result.drain_seconds = std::chrono::duration<double>(Clock::now() - drain_start).count();
     for (auto& r : relays) {
       if (!r->stop(15s)) {
+        ++result.unclean_stops;
         std::printf("  %s did not stop cleanly on SIGTERM (see its log)\n", r->name().c_str());
       }
     }
@@ -267,16 +325,17 @@ RoundResult run_round(const RoundOptions& o) {
     result.ledger = check(in);
     result.faults = faults.applied();
     result.endpoint = receiver.counts();
-    const auto per_relay = per_relay_bound(o.mode);
-    auto applied = [&](const char* kind) {
-      const auto it = result.faults.find(kind);
-      return it == result.faults.end() ? std::size_t{0} : static_cast<std::size_t>(it->second);
-    };
-    result.duplicate_bound =
-        (applied("kill-relay") + applied("pause-relay") + relay_exits) * per_relay +
-        (applied("restart-db") + applied("kill-connections") + applied("disk-full")) *
-            static_cast<std::size_t>(o.relays) * per_relay +
-        result.endpoint.stalled;
+    result.duplicate_bound = faults.in_flight_at_faults() +
+                             relay_exits * configured_in_flight(o.mode) + result.endpoint.stalled;
+    if (!o.disk_dir.empty() && (o.keep || !result.ok())) {
+      // The small file system goes with the harness: the database is kept beside the logs.
+      const std::string file = o.db.substr(o.db.rfind('/') + 1);
+      for (const char* suffix : {"", "-wal", "-shm"}) {
+        std::error_code ignored;
+        std::filesystem::copy_file(o.disk_dir + "/" + file + suffix, o.dir + "/" + file + suffix,
+                                   std::filesystem::copy_options::overwrite_existing, ignored);
+      }
+    }
     if (result.ok() && !o.keep) {
       with_database([&] {
         drop_tables(o);

@@ -50,16 +50,19 @@ struct RoundResult {
   LedgerResult ledger;
   std::map<std::string, int> faults;  ///< applied, by kind
   EndpointCounts endpoint;
-  /// The most duplicates the faults may cause: what each relay may hold unacknowledged at each
-  /// fault that can strand it, plus one per stalled delivery.
+  /// The most duplicates the faults may cause: what was in flight at each fault that can strand
+  /// it (claim modes: the rows claimed by the relay killed or paused, by every relay for a server
+  /// restart, connection kill or full disk; else what the configuration lets a relay hold), plus
+  /// one per stalled delivery.
   std::size_t duplicate_bound = 0;
   std::size_t unexpected_exits = 0;  ///< relays or writers that ended by themselves (restarted)
+  std::size_t unclean_stops = 0;     ///< relays that did not exit 0 within 15 s of SIGTERM
   double seconds = 0;                ///< the whole round
   double drain_seconds = 0;          ///< from the end of the faults to the last event received
   std::string error;                 ///< set when the round could not run
   bool ok() const {
     return error.empty() && ledger.clean() && ledger.duplicates <= duplicate_bound &&
-           unexpected_exits == 0;
+           unexpected_exits == 0 && unclean_stops == 0;
   }
 };
 
