@@ -47,6 +47,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     acted = true;
     return 1;
   };
+  handlers.dead_groups_json = [](const std::string&, int limit) {
+    if (limit < 1 || limit > 100000) {
+      std::abort();  // the route checks the limit before asking
+    }
+    return std::string("{}");
+  };
+  handlers.dead_group_action = [&](const std::string&, const std::string&,
+                                   const std::string&) -> std::optional<std::string> {
+    acted = true;
+    return "{}";
+  };
   handlers.subscriptions_json = [](const std::string& name) -> std::optional<std::string> {
     return name.empty() ? "{}" : std::optional<std::string>();
   };

@@ -1,6 +1,8 @@
 #include "outbox/dead_event_manager.hpp"
 
+#include <algorithm>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -67,6 +69,98 @@ DeadEventManager::ReplayAllResult DeadEventManager::replay_all(
 int DeadEventManager::count(std::optional<std::string_view> event_type) {
   auto conn = provider_->acquire();
   return store_->count_dead(*conn, event_type);
+}
+
+namespace {
+
+// When a DEAD row went DEAD (done_at; rows another client made DEAD may lack it).
+Timestamp went_dead(const OutboxEvent& e) {
+  return e.done_at.value_or(e.created_at);
+}
+
+// Reads up to `limit` DEAD rows without payloads; `more` when the table had more.
+std::vector<OutboxEvent> dead_rows(OutboxStore& store, sql::Connection& conn, int limit,
+                                   bool& more) {
+  if (limit < 1) {
+    throw std::invalid_argument("DeadEventManager: limit must be >= 1");
+  }
+  const int fetch = limit < std::numeric_limits<int>::max() ? limit + 1 : limit;
+  auto rows = store.query_dead(conn, std::nullopt, std::nullopt, fetch, false);
+  more = rows.size() > static_cast<std::size_t>(limit);
+  if (more) {
+    rows.resize(static_cast<std::size_t>(limit));
+  }
+  return rows;
+}
+
+}  // namespace
+
+std::vector<DeadEventManager::Group> DeadEventManager::groups(int limit, bool* more) {
+  auto conn = provider_->acquire();
+  bool capped = false;
+  const auto rows = dead_rows(*store_, *conn, limit, capped);
+  if (more) {
+    *more = capped;
+  }
+  std::map<std::string, Group> by_id;
+  for (const auto& row : rows) {
+    auto fp = fingerprint_failure(row.event_type, row.last_error.value_or(""));
+    const auto at = went_dead(row);
+    auto [it, fresh] = by_id.try_emplace(fp.id);
+    Group& g = it->second;
+    if (fresh) {
+      g.fingerprint = std::move(fp);
+      g.first_seen = at;
+      g.last_seen = at;
+    }
+    ++g.count;
+    g.first_seen = std::min(g.first_seen, at);
+    if (at >= g.last_seen || g.sample_event_id.empty()) {
+      g.last_seen = std::max(g.last_seen, at);
+      g.sample_event_id = row.event_id;
+      g.sample_error = row.last_error.value_or("");
+    }
+  }
+  std::vector<Group> out;
+  out.reserve(by_id.size());
+  for (auto& [id, g] : by_id) {
+    out.push_back(std::move(g));
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Group& a, const Group& b) {
+    return a.count != b.count ? a.count > b.count : a.last_seen > b.last_seen;
+  });
+  return out;
+}
+
+std::vector<std::string> DeadEventManager::members(sql::Connection& conn, std::string_view id,
+                                                   int limit, bool& more) {
+  std::vector<std::string> ids;
+  for (const auto& row : dead_rows(*store_, conn, limit, more)) {
+    if (fingerprint_failure(row.event_type, row.last_error.value_or("")).id == id) {
+      ids.push_back(row.event_id);
+    }
+  }
+  return ids;
+}
+
+DeadEventManager::GroupActionResult DeadEventManager::replay_group(std::string_view id, int limit) {
+  auto conn = provider_->acquire();
+  GroupActionResult result;
+  // Taken once, in insert order: a message group's events come back head first.
+  for (const auto& event_id : members(*conn, id, limit, result.more)) {
+    ++(store_->replay_dead(*conn, event_id, clock_->now()) > 0 ? result.changed : result.skipped);
+  }
+  return result;
+}
+
+DeadEventManager::GroupActionResult DeadEventManager::discard_group(std::string_view id,
+                                                                    int limit) {
+  auto conn = provider_->acquire();
+  GroupActionResult result;
+  for (const auto& event_id : members(*conn, id, limit, result.more)) {
+    ++(store_->discard_dead(*conn, event_id) > 0 ? result.changed : result.skipped);
+  }
+  return result;
 }
 
 }  // namespace outbox

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "outbox/clock.hpp"
+#include "outbox/failure_fingerprint.hpp"
 #include "outbox/store.hpp"
 
 namespace outbox {
@@ -28,6 +29,22 @@ class DeadEventManager {
   };
   /// The most DEAD rows one replay_all() takes by default.
   static constexpr int kReplayAllLimit = 100000;
+  /// DEAD events that failed the same way (one failure fingerprint).
+  struct Group {
+    FailureFingerprint fingerprint;
+    int count = 0;
+    Timestamp first_seen;         ///< when the first of them went DEAD
+    Timestamp last_seen;          ///< when the last one did
+    std::string sample_event_id;  ///< the last one to go DEAD
+    std::string sample_error;     ///< its last error, as stored
+  };
+  /// What a group action did.
+  struct GroupActionResult {
+    int changed = 0;    ///< replayed or discarded
+    int skipped = 0;    ///< no longer DEAD when their turn came (or, discarding, unread by a
+                        ///< subscription)
+    bool more = false;  ///< the DEAD rows read were capped at the limit: run again for the rest
+  };
 
   /// Throws std::invalid_argument on a null provider or store.
   DeadEventManager(std::shared_ptr<sql::ConnectionProvider> provider,
@@ -50,11 +67,22 @@ class DeadEventManager {
                              int limit = kReplayAllLimit);
   /// Number of dead events, optionally of one type. Throws StoreError.
   int count(std::optional<std::string_view> event_type = std::nullopt);
+  /// The DEAD events (the first `limit` of them, oldest first; `*more` says whether there were
+  /// more) grouped by failure fingerprint, the largest group first. Throws StoreError.
+  std::vector<Group> groups(int limit = kReplayAllLimit, bool* more = nullptr);
+  /// Replays every DEAD event of the fingerprint `id` among the first `limit` DEAD rows, each
+  /// at most once (the list is taken once, as replay_all). Throws StoreError.
+  GroupActionResult replay_group(std::string_view id, int limit = kReplayAllLimit);
+  /// Deletes them instead; a DEAD row a subscription has not read yet is kept (skipped).
+  GroupActionResult discard_group(std::string_view id, int limit = kReplayAllLimit);
 
  private:
   std::shared_ptr<sql::ConnectionProvider> provider_;
   std::shared_ptr<OutboxStore> store_;
   std::shared_ptr<Clock> clock_;
+  // The ids of the fingerprint `id` among the first `limit` DEAD rows.
+  std::vector<std::string> members(sql::Connection& conn, std::string_view id, int limit,
+                                   bool& more);
 };
 
 }  // namespace outbox

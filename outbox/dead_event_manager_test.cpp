@@ -38,5 +38,57 @@ TEST_F(DeadEventManagerTest, QueriesAndReplays) {
   EXPECT_EQ(count(EventStatus::New), 4);
 }
 
+// Dead-letter triage: events that failed the same way (ids and numbers aside) are one group, and
+// a group is replayed or discarded whole.
+TEST_F(DeadEventManagerTest, GroupsByFailureFingerprintAndActsOnAWholeGroup) {
+  auto conn = pool->acquire();
+  const auto t0 = std::chrono::system_clock::now();
+  const auto dead = [&](const std::string& id, const std::string& type, const std::string& error,
+                        std::chrono::seconds at) {
+    store->insert_new(
+        *conn, EventEnvelope::builder(EventType::of(type)).event_id(id).payload_json("{}").build());
+    store->mark_dead(*conn, id, t0 + at, error);
+  };
+  dead("a1", "OrderPlaced", R"(HTTP 500: {"error":"order 1 not found"})", std::chrono::seconds(1));
+  dead("a2", "OrderPlaced", R"(HTTP 500: {"error":"order 22 not found"})", std::chrono::seconds(3));
+  dead("a3", "OrderPlaced", R"(HTTP 500: {"error":"order 333 not found"})",
+       std::chrono::seconds(2));
+  dead("b1", "OrderPlaced", "HTTP 400: bad request", std::chrono::seconds(4));
+  dead("c1", "Shipped", R"(HTTP 500: {"error":"order 1 not found"})", std::chrono::seconds(5));
+  DeadEventManager manager(pool, store);
+  bool more = true;
+  const auto groups = manager.groups(DeadEventManager::kReplayAllLimit, &more);
+  EXPECT_FALSE(more);
+  ASSERT_EQ(groups.size(), 3U);
+  const auto& big = groups[0];
+  EXPECT_EQ(big.count, 3);
+  EXPECT_EQ(big.fingerprint.event_type, "OrderPlaced");
+  EXPECT_EQ(big.fingerprint.pattern, R"(HTTP 500: {"error":"order N not found"})");
+  EXPECT_EQ(big.first_seen, t0 + std::chrono::seconds(1));
+  EXPECT_EQ(big.last_seen, t0 + std::chrono::seconds(3));
+  EXPECT_EQ(big.sample_event_id, "a2");
+  EXPECT_EQ(big.sample_error, R"(HTTP 500: {"error":"order 22 not found"})");
+  EXPECT_EQ(groups[1].sample_event_id, "c1");  // same count: the most recent first
+
+  const auto replayed = manager.replay_group(big.fingerprint.id);
+  EXPECT_EQ(replayed.changed, 3);
+  EXPECT_EQ(replayed.skipped, 0);
+  EXPECT_EQ(store->find(*conn, "a1")->status, EventStatus::New);
+  EXPECT_EQ(store->find(*conn, "b1")->status, EventStatus::Dead);
+  EXPECT_EQ(manager.replay_group(big.fingerprint.id).changed, 0);  // nothing of it is DEAD now
+
+  const auto shipped = groups[1].fingerprint.id;
+  EXPECT_EQ(manager.discard_group(shipped).changed, 1);
+  EXPECT_FALSE(store->find(*conn, "c1"));
+  EXPECT_EQ(manager.count(), 1);
+  // A capped read says so.
+  EXPECT_EQ(manager.groups(1, &more).size(), 1U);
+  EXPECT_FALSE(more);
+  dead("b2", "OrderPlaced", "HTTP 400: bad request", std::chrono::seconds(6));
+  EXPECT_EQ(manager.groups(1, &more).size(), 1U);
+  EXPECT_TRUE(more);
+  EXPECT_THROW(manager.groups(0), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace outbox

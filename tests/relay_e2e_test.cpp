@@ -487,6 +487,102 @@ publisher = "dev"
   EXPECT_EQ(relay.terminate(), 0);
 }
 
+// Dead-letter triage: a webhook refuses two kinds of events with bodies that name each event; the
+// DEAD events form one group per kind (ids aside), and each group is replayed or discarded whole,
+// through the admin API (token required) and the CLI.
+TEST_F(RelayE2EAdmin, DeadEventsGroupByFingerprintAndAGroupIsReplayedOrDiscardedWhole) {
+  testing::HttpTestServer http;
+  std::atomic<bool> refusing{true};
+  http.respond([&](const testing::ReceivedRequest& r, httplib::Response& res) {
+    if (!refusing) {
+      return;  // 200
+    }
+    const auto id = r.header("X-Outbox-Aggregate-Id");
+    if (r.header("X-Outbox-Event-Type") == "OrderPlaced") {
+      res.status = 422;
+      res.set_content("{\"error\":\"order " + id + " has no customer\"}", "application/json");
+    } else {
+      res.status = 400;
+      res.set_content("shipment " + id + " refused at 10:42:07", "text/plain");
+    }
+  });
+  std::vector<EventEnvelope> orders, shipments;
+  for (int i = 0; i < 5; ++i) {
+    orders.push_back(event("OrderPlaced", "Order", "ord-" + std::to_string(10000 + i * 37), i));
+  }
+  for (int i = 0; i < 3; ++i) {
+    shipments.push_back(event("Shipped", "Order", "shp-" + std::to_string(900 + i), i));
+  }
+  store->insert_batch(*pool->acquire(), orders);
+  store->insert_batch(*pool->acquire(), shipments);
+  RelayProcess relay(dir, "[database]\nurl = \"" + url + R"("
+[poller]
+interval = "50ms"
+[admin]
+port = 0
+token = "admin-secret"
+[publishers.hook]
+type = "http"
+[[routes]]
+publisher = "hook"
+target = ")" + http.url("/in") +
+                              "\"\n");
+  ASSERT_TRUE(wait_until([&] { return store->count_by_status(*pool->acquire())[3] == 8; }));
+  httplib::Client admin("127.0.0.1", relay.admin_port());
+  const httplib::Headers auth = {{"Authorization", "Bearer admin-secret"}};
+  EXPECT_EQ(admin.Get("/api/dead/groups")->status, 401);
+  EXPECT_EQ(admin.Get("/api/dead/groups?limit=0", auth)->status, 400);
+  auto listed = admin.Get("/api/dead/groups", auth);
+  ASSERT_EQ(listed->status, 200);
+  const auto body = nlohmann::json::parse(listed->body);
+  EXPECT_FALSE(body.at("more").get<bool>());
+  const auto& groups = body.at("groups");
+  ASSERT_EQ(groups.size(), 2U) << listed->body;
+  EXPECT_EQ(groups[0].at("count"), 5);
+  EXPECT_EQ(groups[0].at("event_type"), "OrderPlaced");
+  EXPECT_EQ(groups[0].at("pattern"), R"(HTTP 422: {"error":"order <id> has no customer"})");
+  // The sample is the one that went DEAD last, with its payload.
+  const auto sample = std::find_if(orders.begin(), orders.end(), [&](const EventEnvelope& e) {
+    return e.event_id() == groups[0].at("sample_event_id");
+  });
+  ASSERT_NE(sample, orders.end());
+  EXPECT_EQ(groups[0].at("sample_payload"), sample->payload_json());
+  EXPECT_EQ(groups[1].at("count"), 3);
+  EXPECT_EQ(groups[1].at("pattern"), "HTTP 400: shipment <id> refused at N");
+  const std::string order_fp = groups[0].at("fingerprint");
+  const std::string ship_fp = groups[1].at("fingerprint");
+
+  // Actions: POST with the token only; an unknown fingerprint is 404.
+  const std::string replay = "/api/dead/groups/" + order_fp + "/replay";
+  EXPECT_EQ(admin.Get(replay, auth)->status, 405);
+  EXPECT_EQ(admin.Post(replay, "", "text/plain")->status, 401);
+  EXPECT_EQ(admin.Post("/api/dead/groups/0000000000000000/replay", auth, "", "text/plain")->status,
+            404);
+  refusing = false;
+  auto replayed = admin.Post(replay, auth, "", "text/plain");
+  ASSERT_EQ(replayed->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(replayed->body).at("changed"), 5);
+  ASSERT_TRUE(wait_until([&] { return store->count_by_status(*pool->acquire())[1] == 5; }));
+  for (const auto& e : orders) {
+    EXPECT_EQ(store->find(*pool->acquire(), e.event_id())->status, EventStatus::Done);
+  }
+  // The CLI sees the one group left, and discards it.
+  auto cli = run_cli(dir, "dead groups --db " + url);
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_NE(cli.out.find("3  " + ship_fp + "  Shipped"), std::string::npos) << cli.out;
+  EXPECT_EQ(run_cli(dir, "dead discard --fingerprint " + order_fp + " --db " + url).exit_code, 1);
+  EXPECT_EQ(run_cli(dir, "dead replay --db " + url).exit_code, 2);  // neither ids nor fingerprint
+  cli = run_cli(dir, "dead discard --fingerprint " + ship_fp + " --db " + url);
+  ASSERT_EQ(cli.exit_code, 0) << cli.err;
+  EXPECT_EQ(cli.out, "discarded 3\n");
+  for (const auto& e : shipments) {
+    EXPECT_FALSE(store->find(*pool->acquire(), e.event_id()));
+  }
+  cli = run_cli(dir, "dead groups --json --db " + url);
+  EXPECT_EQ(nlohmann::json::parse(cli.out).at("groups").size(), 0U);
+  EXPECT_EQ(relay.terminate(), 0);
+}
+
 TEST_F(RelayE2EOrdered, OrderedModeKeepsPerAggregateOrderInKafka) {
   testing::KafkaMockCluster kafka;
   kafka.create_topic("wallet-events", 4);

@@ -503,6 +503,14 @@ TEST_P(StoreContract, DeadQueriesFilterCountAndReplay) {
   EXPECT_EQ(row->attempts, 0);
   EXPECT_EQ(row->available_at, t0 + 50s);
   EXPECT_EQ(store().count_dead(conn(), std::nullopt), 1);
+  // Discarding deletes a DEAD row only.
+  EXPECT_EQ(store().discard_dead(conn(), "d1"), 0);  // NEW again
+  EXPECT_EQ(store().discard_dead(conn(), "alive"), 0);
+  EXPECT_EQ(store().discard_dead(conn(), "d2"), 1);
+  EXPECT_EQ(store().discard_dead(conn(), "d2"), 0);
+  EXPECT_FALSE(store().find(conn(), "d2"));
+  EXPECT_TRUE(store().find(conn(), "d1"));
+  EXPECT_EQ(store().count_dead(conn(), std::nullopt), 0);
 }
 
 TEST_P(StoreContract, StatusPurgerDeletesOnlyOldTerminalRowsInBatches) {

@@ -485,6 +485,25 @@ TEST_P(StreamContract, SqliteMigrationKeepsWhatTheApplicationAddedToTheTable) {
             "none");
 }
 
+// Discarding a DEAD event (dead-letter triage) keeps a row a subscription has not read, as the
+// purge does: the claim path gave up on it, the subscription still has to deliver it.
+TEST_P(StreamContract, DiscardKeepsADeadRowALiveSubscriptionHasNotRead) {
+  auto conn = pool_->acquire();
+  const auto now = std::chrono::system_clock::now();
+  store_->insert_new(*conn, event("read"));
+  store_->insert_new(*conn, event("unread"));
+  StreamPosition cursor;
+  const auto all = read_all(cursor, 1000, 2);
+  ASSERT_EQ(all.size(), 2u);
+  ASSERT_TRUE(stream_->create(*conn, {"slow", {}, "log", ""}, all[0].position));
+  store_->mark_dead(*conn, "read", now, "boom");
+  store_->mark_dead(*conn, "unread", now, "boom");
+  EXPECT_EQ(store_->discard_dead(*conn, "unread"), 0);
+  EXPECT_EQ(store_->discard_dead(*conn, "read"), 1);
+  ASSERT_TRUE(stream_->rewind(*conn, "slow", all[1].position));
+  EXPECT_EQ(store_->discard_dead(*conn, "unread"), 1);
+}
+
 TEST_P(StreamContract, PurgeKeepsWhatALiveSubscriptionHasNotRead) {
   auto conn = pool_->acquire();
   const auto now = std::chrono::system_clock::now();

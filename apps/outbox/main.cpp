@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "db_options.hpp"
+#include "dead_commands.hpp"
 #include "group_commands.hpp"
 #include "outbox/clock.hpp"
-#include "outbox/dead_event_manager.hpp"
 #include "outbox/detect/detect.hpp"
 #include "outbox/errors.hpp"
 #include "outbox/log.hpp"
@@ -155,10 +155,6 @@ int run_relay(const std::string& config_path) {
   return 0;
 }
 
-std::optional<std::string_view> optional_view(const std::string& s) {
-  return s.empty() ? std::nullopt : std::optional<std::string_view>(s);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -192,30 +188,6 @@ int main(int argc, char** argv) {
   add_db_options(*status_cmd, status_db);
   status_cmd->add_flag("--json", status_json, "print JSON");
 
-  auto* dead_cmd = app.add_subcommand("dead", "inspect and replay DEAD events");
-  dead_cmd->require_subcommand(1);
-  DbOptions dead_db;
-  std::string dead_type, dead_aggregate;
-  int dead_limit = 100;
-  bool dead_json = false;
-  auto* list_cmd = dead_cmd->add_subcommand("list", "list DEAD events, oldest first");
-  add_db_options(*list_cmd, dead_db);
-  list_cmd->add_option("--type", dead_type, "only this event type");
-  list_cmd->add_option("--aggregate", dead_aggregate, "only this aggregate type");
-  list_cmd->add_option("--limit", dead_limit, "at most this many")
-      ->check(CLI::Range(1, 1000000))
-      ->capture_default_str();
-  list_cmd->add_flag("--json", dead_json, "print JSON");
-  std::vector<std::string> replay_ids;
-  auto* replay_cmd = dead_cmd->add_subcommand("replay", "make DEAD events NEW again by id");
-  add_db_options(*replay_cmd, dead_db);
-  replay_cmd->add_option("ids", replay_ids, "event ids")->required();
-  auto* replay_all_cmd =
-      dead_cmd->add_subcommand("replay-all", "make every matching DEAD event NEW again");
-  add_db_options(*replay_all_cmd, dead_db);
-  replay_all_cmd->add_option("--type", dead_type, "only this event type");
-  replay_all_cmd->add_option("--aggregate", dead_aggregate, "only this aggregate type");
-
   DbOptions purge_db;
   std::string older_than;
   auto* purge_cmd =
@@ -236,6 +208,7 @@ int main(int argc, char** argv) {
 
   cli::StreamCommands stream_commands(app);
   cli::GroupCommands group_commands(app);
+  cli::DeadCommands dead_commands(app);
 
   try {
     app.parse(argc, argv);
@@ -252,6 +225,9 @@ int main(int argc, char** argv) {
       return run_relay(config_path);
     }
     if (auto code = stream_commands.run()) {
+      return *code;
+    }
+    if (auto code = dead_commands.run()) {
       return *code;
     }
     if (auto code = group_commands.run()) {
@@ -308,39 +284,6 @@ int main(int argc, char** argv) {
       std::fputs(
           status_json ? (relay::to_json(report) + "\n").c_str() : relay::to_text(report).c_str(),
           stdout);
-      return 0;
-    }
-    if (dead_cmd->parsed()) {
-      auto pool = open_pool(dead_db.url, 1, false);
-      DeadEventManager dead(pool, detect_store(*pool->acquire(), dead_db.table));
-      if (list_cmd->parsed()) {
-        const auto rows =
-            dead.query(optional_view(dead_type), optional_view(dead_aggregate), dead_limit, false);
-        std::fputs(dead_json ? (relay::dead_to_json(rows) + "\n").c_str()
-                             : relay::dead_to_text(rows).c_str(),
-                   stdout);
-        return 0;
-      }
-      if (replay_cmd->parsed()) {
-        int missing = 0;
-        for (const auto& id : replay_ids) {
-          if (!dead.replay(id)) {
-            std::fprintf(stderr, "outbox: no DEAD event %s\n", id.c_str());
-            ++missing;
-          }
-        }
-        std::printf("replayed %zu\n", replay_ids.size() - static_cast<std::size_t>(missing));
-        return missing == 0 ? 0 : kFailure;
-      }
-      const auto r = dead.replay_all(optional_view(dead_type), optional_view(dead_aggregate));
-      std::printf("replayed %d\n", r.replayed);
-      if (r.skipped > 0) {
-        std::printf("skipped %d (no longer DEAD)\n", r.skipped);
-      }
-      if (r.more) {
-        std::printf("more DEAD events remain (at most %d per run): run again\n",
-                    DeadEventManager::kReplayAllLimit);
-      }
       return 0;
     }
     if (purge_cmd->parsed()) {

@@ -3,6 +3,7 @@
 #include <map>
 #include <stdexcept>
 
+#include "outbox/dead_event_manager.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/relay/internal/admin_routes.hpp"
 #include "outbox/relay/internal/http_server.hpp"
@@ -37,6 +38,8 @@ struct Route {
     Status,
     DeadList,
     Replay,
+    DeadGroups,
+    DeadGroupAction,
     Subscriptions,
     Subscription,
     SubscriptionAction,
@@ -57,7 +60,7 @@ Route route_of(const std::string& path) {
       {"/healthz", Kind::Healthz},   {"/readyz", Kind::Readyz},
       {"/metrics", Kind::Metrics},   {"/api/status", Kind::Status},
       {"/api/dead", Kind::DeadList}, {"/api/subscriptions", Kind::Subscriptions},
-      {"/api/groups", Kind::Groups}};
+      {"/api/groups", Kind::Groups}, {"/api/dead/groups", Kind::DeadGroups}};
   if (auto it = kFixed.find(path); it != kFixed.end()) {
     return {it->second, {}, {}};
   }
@@ -94,6 +97,19 @@ Route route_of(const std::string& path) {
       return {Kind::GroupAction, std::move(*key), std::string(action)};
     }
     return {};
+  }
+  constexpr std::string_view kDeadGroups = "/api/dead/groups/";
+  if (path.size() > kDeadGroups.size() && path.starts_with(kDeadGroups)) {
+    // (Without a second segment it is the replay of an event whose id is "groups".)
+    const std::string_view rest = std::string_view(path).substr(kDeadGroups.size());
+    if (const auto slash = rest.find('/'); slash != std::string_view::npos) {
+      auto fingerprint = internal::percent_decode(rest.substr(0, slash));
+      const std::string_view action = rest.substr(slash + 1);
+      if (fingerprint && !fingerprint->empty() && (action == "replay" || action == "discard")) {
+        return {Kind::DeadGroupAction, std::move(*fingerprint), std::string(action)};
+      }
+      return {};
+    }
   }
   constexpr std::string_view kPrefix = "/api/dead/", kSuffix = "/replay";
   if (path.size() > kPrefix.size() + kSuffix.size() && path.starts_with(kPrefix) &&
@@ -185,7 +201,7 @@ struct Routes {
       return json(404, json_error("no such endpoint: " + req.path.substr(0, 200)));
     }
     const bool mutating = route.kind == Kind::Replay || route.kind == Kind::SubscriptionAction ||
-                          route.kind == Kind::GroupAction;
+                          route.kind == Kind::GroupAction || route.kind == Kind::DeadGroupAction;
     const char* allow = mutating ? "POST" : "GET";
     if (req.method != allow) {
       auto r = json(405, json_error(std::string("method not allowed; use ") + allow));
@@ -197,12 +213,14 @@ struct Routes {
         return text(200, "ok\n");  // liveness: answered even while every worker is busy
       case Kind::Status:
       case Kind::DeadList:
+      case Kind::DeadGroups:
       case Kind::Subscriptions:
       case Kind::Subscription:
       case Kind::Groups:
       case Kind::Group:
         return refuse_unauthorised(req, false);
       case Kind::Replay:
+      case Kind::DeadGroupAction:
       case Kind::SubscriptionAction:
       case Kind::GroupAction:
         return refuse_unauthorised(req, true);
@@ -258,6 +276,26 @@ struct Routes {
         }
         return json(200, handlers.dead_json(table(), param("type"), param("aggregate"), limit));
       }
+      case Kind::DeadGroups: {
+        const auto params = query_params(req.query);
+        int limit = DeadEventManager::kReplayAllLimit;
+        if (const auto l = params.find("limit"); l != params.end()) {
+          try {
+            limit = std::stoi(l->second);
+          } catch (const std::exception&) {
+            limit = 0;
+          }
+          if (limit < 1 || limit > DeadEventManager::kReplayAllLimit) {
+            return json(400, json_error("limit must be between 1 and 100000"));
+          }
+        }
+        return json(200, handlers.dead_groups_json(table(), limit));
+      }
+      case Kind::DeadGroupAction:
+        if (auto body = handlers.dead_group_action(table(), route.id, route.action)) {
+          return json(200, std::move(*body));
+        }
+        return json(404, json_error("no DEAD event with fingerprint " + route.id));
       case Kind::Replay:
         if (const int replayed = handlers.replay(table(), route.id); replayed > 0) {
           return json(200, "{\"replayed\":" + std::to_string(replayed) + "}");

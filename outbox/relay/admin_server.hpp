@@ -21,6 +21,13 @@ struct AdminHandlers {
       dead_json;  ///< DEAD rows as JSON
   /// Events replayed: those of that id DEAD in `table` (in each of the relay's tables when empty).
   std::function<int(const std::string& table, const std::string& id)> replay;
+  /// DEAD events of `table` grouped by failure fingerprint (of its first `limit` DEAD rows).
+  std::function<std::string(const std::string& table, int limit)> dead_groups_json;
+  /// replay | discard every DEAD event of `table` with that fingerprint: what it did as JSON;
+  /// nullopt when no DEAD event has it.
+  std::function<std::optional<std::string>(const std::string& table, const std::string& fingerprint,
+                                           const std::string& action)>
+      dead_group_action;
   /// Stream mode; unset when the relay has no subscriptions (the endpoints answer 404). `name`
   /// empty: every subscription. nullopt: no subscription of that name.
   std::function<std::optional<std::string>(const std::string& name)> subscriptions_json;

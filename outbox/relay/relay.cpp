@@ -20,6 +20,7 @@
 #include "outbox/prometheus/metrics.hpp"
 #include "outbox/purge.hpp"
 #include "outbox/relay/admin_server.hpp"
+#include "outbox/relay/dead_groups.hpp"
 #include "outbox/relay/group_ops.hpp"
 #include "outbox/relay/internal/routing_registry.hpp"
 #include "outbox/relay/internal/table_metrics.hpp"
@@ -447,6 +448,23 @@ struct Relay::Impl {
         }
       }
       return replayed;
+    };
+    h.dead_groups_json = [this](const std::string& table, int limit) {
+      auto store = store_of(table);
+      DeadEventManager manager(pool, store);
+      bool more = false;
+      const auto groups = read_dead_groups(manager, *store, *pool, limit, more);
+      return dead_groups_to_json(groups, more);
+    };
+    h.dead_group_action = [this](const std::string& table, const std::string& fingerprint,
+                                 const std::string& action) -> std::optional<std::string> {
+      DeadEventManager manager(pool, store_of(table));
+      const auto result = action == "replay" ? manager.replay_group(fingerprint)
+                                             : manager.discard_group(fingerprint);
+      if (result.changed == 0 && result.skipped == 0) {
+        return std::nullopt;
+      }
+      return group_action_to_json(fingerprint, action, result);
     };
     if (stream_mode) {
       h.subscriptions_json = [this](const std::string& name) -> std::optional<std::string> {

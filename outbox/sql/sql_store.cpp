@@ -471,6 +471,15 @@ int SqlOutboxStore::replay_dead(Connection& conn, std::string_view event_id, Tim
   return to_int(s.execute(conn));
 }
 
+int SqlOutboxStore::discard_dead(Connection& conn, std::string_view event_id) {
+  Statement s = statement();
+  s.sql("DELETE FROM " + options_.table + " WHERE event_id = ")
+      .param(TextRef{event_id})
+      .sql(" AND status = " + status_sql(EventStatus::Dead) +
+           not_retained_by_subscriptions(dialect_, options_.table));
+  return to_int(s.execute(conn));
+}
+
 int SqlOutboxStore::count_dead(Connection& conn, std::optional<std::string_view> event_type) {
   Statement s = statement();
   s.sql("SELECT COUNT(*) FROM " + options_.table +

@@ -355,6 +355,18 @@ int InMemoryOutboxStore::replay_dead(sql::Connection& conn, std::string_view eve
   });
 }
 
+int InMemoryOutboxStore::discard_dead(sql::Connection& conn, std::string_view event_id) {
+  auto& db = memory(conn).database();
+  std::lock_guard lock(db.mutex_);
+  const auto id = db.ids_.find(event_id);
+  if (id == db.ids_.end() || db.rows_.at(id->second).status != EventStatus::Dead) {
+    return 0;
+  }
+  db.rows_.erase(id->second);
+  db.ids_.erase(id);
+  return 1;
+}
+
 int InMemoryOutboxStore::count_dead(sql::Connection& conn,
                                     std::optional<std::string_view> event_type) {
   auto& db = memory(conn).database();

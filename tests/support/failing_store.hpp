@@ -67,6 +67,9 @@ class ForwardingStore : public OutboxStore {
   int replay_dead(sql::Connection& c, std::string_view id, Timestamp now) override {
     return inner_->replay_dead(c, id, now);
   }
+  int discard_dead(sql::Connection& c, std::string_view id) override {
+    return inner_->discard_dead(c, id);
+  }
   int count_dead(sql::Connection& c, std::optional<std::string_view> t) override {
     return inner_->count_dead(c, t);
   }
