@@ -6,6 +6,7 @@
 #include "outbox/dead_event_manager.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/relay/internal/admin_routes.hpp"
+#include "outbox/relay/internal/dashboard_page.hpp"
 #include "outbox/relay/internal/http_server.hpp"
 #include "outbox/store.hpp"
 
@@ -32,6 +33,7 @@ std::string json_error(const std::string& message) {
 // What a request path names, once split and decoded.
 struct Route {
   enum class Kind {
+    Dashboard,
     Healthz,
     Readyz,
     Metrics,
@@ -57,10 +59,15 @@ struct Route {
 Route route_of(const std::string& path) {
   using Kind = Route::Kind;
   static const std::map<std::string, Kind, std::less<>> kFixed = {
-      {"/healthz", Kind::Healthz},   {"/readyz", Kind::Readyz},
-      {"/metrics", Kind::Metrics},   {"/api/status", Kind::Status},
-      {"/api/dead", Kind::DeadList}, {"/api/subscriptions", Kind::Subscriptions},
-      {"/api/groups", Kind::Groups}, {"/api/dead/groups", Kind::DeadGroups}};
+      {"/", Kind::Dashboard},
+      {"/healthz", Kind::Healthz},
+      {"/readyz", Kind::Readyz},
+      {"/metrics", Kind::Metrics},
+      {"/api/status", Kind::Status},
+      {"/api/dead", Kind::DeadList},
+      {"/api/subscriptions", Kind::Subscriptions},
+      {"/api/groups", Kind::Groups},
+      {"/api/dead/groups", Kind::DeadGroups}};
   if (auto it = kFixed.find(path); it != kFixed.end()) {
     return {it->second, {}, {}};
   }
@@ -211,6 +218,19 @@ struct Routes {
     switch (route.kind) {
       case Kind::Healthz:
         return text(200, "ok\n");  // liveness: answered even while every worker is busy
+      case Kind::Dashboard: {
+        // A static page: what it shows comes from the API, with the token where one is set.
+        auto r = text(200, std::string(internal::dashboard_page()), "text/html; charset=utf-8");
+        r.headers.emplace_back("Content-Security-Policy",
+                               "default-src 'none'; script-src 'unsafe-inline'; style-src "
+                               "'unsafe-inline'; connect-src 'self'; img-src 'self'; "
+                               "frame-ancestors 'none'; base-uri 'none'; form-action 'none'");
+        r.headers.emplace_back("X-Frame-Options", "DENY");
+        r.headers.emplace_back("X-Content-Type-Options", "nosniff");
+        r.headers.emplace_back("Referrer-Policy", "no-referrer");
+        r.headers.emplace_back("Cache-Control", "no-store");
+        return r;
+      }
       case Kind::Status:
       case Kind::DeadList:
       case Kind::DeadGroups:

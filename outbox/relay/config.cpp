@@ -436,6 +436,8 @@ RelayConfig read(const toml::table& root, const std::string& source) {
   admin.boolean("enabled", c.admin.enabled);
   admin.string("host", c.admin.host);
   admin.integer("port", c.admin.port, 0, 65535);
+  admin.duration("alert_oldest_pending", c.admin.alert_oldest_pending, std::chrono::seconds(1),
+                 days(3650));
   if (auto token = admin.string("token")) {
     // An empty ${VAR} must not silently open the API.
     if (token->empty()) {

@@ -146,6 +146,8 @@ struct RelayConfig {
     int port = 9090;  ///< 0: any free port
     /// Bearer token for /api/*; absent: reads open, POSTs refused. An empty value is an error.
     std::string token;
+    /// The dashboard shows the oldest pending event's age in red from this age on.
+    std::chrono::milliseconds alert_oldest_pending{std::chrono::minutes(5)};
   } admin;
   struct Stream {
     /// A subscription whose first unread event is older than this is reported as lagging (and,

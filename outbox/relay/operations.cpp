@@ -106,7 +106,33 @@ std::string to_json(const StatusReport& r) {
     append_json_string(out, r.relay->mode);
     out += ",\"owner\":";
     append_json_string(out, r.relay->owner);
-    out += std::string(",\"leader\":") + (r.relay->leader ? "true" : "false") + "}";
+    out += std::string(",\"leader\":") + (r.relay->leader ? "true" : "false") +
+           ",\"alert_oldest_pending_seconds\":" +
+           std::to_string(r.relay->alert_oldest_pending.count()) + ",\"routes\":[";
+    for (std::size_t i = 0; i < r.relay->routes.size(); ++i) {
+      const auto& route = r.relay->routes[i];
+      out += i > 0 ? ",{\"table\":" : "{\"table\":";
+      append_json_string(out, route.table);
+      out += ",\"event_type\":";
+      append_json_string(out, route.event_type);
+      out += ",\"aggregate_type\":";
+      append_json_string(out, route.aggregate_type);
+      out += ",\"publisher\":";
+      append_json_string(out, route.publisher);
+      out += ",\"target\":";
+      append_json_string(out, route.target);
+      out += "}";
+    }
+    out += "],\"publishers\":[";
+    for (std::size_t i = 0; i < r.relay->publishers.size(); ++i) {
+      const auto& p = r.relay->publishers[i];
+      out += i > 0 ? ",{\"name\":" : "{\"name\":";
+      append_json_string(out, p.name);
+      out += ",\"type\":";
+      append_json_string(out, p.type);
+      out += std::string(",\"healthy\":") + (p.healthy ? "true" : "false") + "}";
+    }
+    out += "]}";
   }
   if (r.stream) {
     out += ",\"stream\":" + to_json(*r.stream);

@@ -31,6 +31,17 @@ struct StatusReport {
     std::string mode;     ///< "active" or "standby"
     std::string owner;    ///< this relay's claim and lease owner
     bool leader = false;  ///< standby mode: this relay holds the lease "leader" now
+    /// admin.alert_oldest_pending: the age from which the dashboard shows the oldest in red.
+    std::chrono::seconds alert_oldest_pending{300};
+    struct Route {
+      std::string table, event_type, aggregate_type, publisher, target;
+    };
+    std::vector<Route> routes;
+    struct Publisher {
+      std::string name, type;
+      bool healthy = true;
+    };
+    std::vector<Publisher> publishers;
   };
   std::optional<RelayView> relay;
   /// The stream (head, what holds it back) and every subscription; nullopt when not read.

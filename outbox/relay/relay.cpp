@@ -374,6 +374,27 @@ struct Relay::Impl {
                                 name.substr(0, 100) + "' (use ?table=" + names + ")");
   }
 
+  // This relay as the status report shows it: mode, routes, publishers and their health.
+  StatusReport::RelayView relay_view() const {
+    StatusReport::RelayView v{
+        .mode = leases ? "standby" : "active",
+        .owner = owner,
+        .leader = leases && leases->token("leader").has_value(),
+        .alert_oldest_pending =
+            std::chrono::duration_cast<std::chrono::seconds>(config.admin.alert_oldest_pending)};
+    for (const auto& r : config.routes) {
+      v.routes.push_back({r.table.empty() ? config.database.table : r.table, r.event_type,
+                          r.aggregate_type, r.publisher, r.target});
+    }
+    for (const auto& p : config.publishers) {
+      static constexpr const char* kTypes[] = {"kafka", "http", "log", "statistics"};
+      const auto it = publishers.find(p.name);
+      v.publishers.push_back({p.name, kTypes[static_cast<int>(p.type)],
+                              it == publishers.end() || it->second->is_healthy()});
+    }
+    return v;
+  }
+
   void build_admin() {
     AdminHandlers h;
     // Probed every few seconds: reads no row (the oldest pending grouped row is found by walking
@@ -402,10 +423,7 @@ struct Relay::Impl {
       auto conn = pool->acquire();
       const auto now = Clock::system()->now();
       auto report = read_status(*conn, *store, now, lease_store.get(), groups.get());
-      report.relay =
-          StatusReport::RelayView{.mode = leases ? "standby" : "active",
-                                  .owner = owner,
-                                  .leader = leases && leases->token("leader").has_value()};
+      report.relay = relay_view();
       if (stream_mode) {
         report.stream = stream_mode->report();
       }
