@@ -226,13 +226,17 @@ void FaultInjector::fill_disk() {
   }
   ::close(fd);
   disk_full_ = true;
-  count_in_flight("");
+  const auto flying = count_in_flight("");
   const auto held = between(500, 2500);
   say("disk full (" + std::to_string(written >> 20) + " MiB of ballast) for " +
-      std::to_string(held.count()) + " ms");
+      std::to_string(held.count()) + " ms (" + std::to_string(flying) + " in flight)");
   undo_.push_back({Clock::now() + held, "disk has room again", [this, ballast] {
+                     // Writes that fit in the WAL's existing pages still succeed on a full disk:
+                     // rows claimed meanwhile whose acknowledgement then failed are pending too.
+                     const auto claimed = count_in_flight("");
                      ::unlink(ballast.c_str());
                      disk_full_ = false;
+                     say("  (" + std::to_string(claimed) + " in flight at its end)");
                    }});
 }
 

@@ -302,12 +302,12 @@ int main(int argc, char** argv) {
       std::printf(
           "round %d: %s  committed %zu, rolled back %zu, delivered %zu, lost %zu, uncommitted "
           "delivered %zu, stuck %zu, dead %zu, unacknowledged %zu, mismatched %zu, order "
-          "violations %zu, duplicates %zu (bound %zu, late %zu), unexpected exits %zu, unclean "
+          "violations %zu, duplicates %zu (bound %zu, late %zu), exits %zu, crashes %zu, unclean "
           "stops %zu, drain %.1f s%s%s\n",
           r, res.ok() ? "OK" : "FAILED", l.committed, l.rolled_back, l.delivered, l.lost,
           l.uncommitted_delivered, l.stuck, l.dead, l.unacknowledged, l.mismatched,
-          l.order_violations, l.duplicates, res.duplicate_bound, l.late_duplicates,
-          res.unexpected_exits, res.unclean_stops, res.drain_seconds,
+          l.order_violations, l.duplicates, res.duplicate_bound, l.late_duplicates, res.exits,
+          res.crashes, res.unclean_stops, res.drain_seconds,
           res.error.empty() ? "" : "; error: ", res.error.c_str());
       for (const auto& p : l.problems) {
         std::printf("    %s\n", p.c_str());

@@ -103,18 +103,19 @@ bool Child::stop(std::chrono::milliseconds timeout) {
   }
 }
 
-bool Child::exited() {
+std::optional<std::string> Child::ended() {
   if (!running()) {
-    return false;
+    return std::nullopt;
   }
   int status = 0;
   if (waitpid(pid_, &status, WNOHANG) != pid_) {
-    return false;
+    return std::nullopt;
   }
   ::kill(-pid_, SIGKILL);
   pid_ = -1;
   paused_ = false;
-  return true;
+  return WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                             : "exit " + std::to_string(WEXITSTATUS(status));
 }
 
 int run_shell(const std::string& command, const std::string& log) {

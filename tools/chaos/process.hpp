@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,9 @@ class Child {
   /// SIGTERM (after SIGCONT), then waits up to `timeout`; SIGKILL past it. Returns true when it
   /// exited on its own with status 0.
   bool stop(std::chrono::milliseconds timeout);
-  /// True when it exited by itself (reaped); its status goes to the log.
-  bool exited();
+  /// How it ended by itself ("exit 1", "signal 11"), once reaped; nullopt while it runs (or
+  /// when it is not running at all).
+  std::optional<std::string> ended();
 
  private:
   std::string name_;

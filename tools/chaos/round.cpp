@@ -235,17 +235,20 @@ RoundResult run_round(const RoundOptions& o) {
     for (auto& w : writers) {
       w->start();
     }
-    // A relay or writer that ends by itself is a finding: noted, counted (a relay's exit against
-    // the bound, as a kill), and restarted so the round goes on.
+    // A relay or writer that ends by itself is restarted, as a supervisor would, and counted (a
+    // relay's against the bound, as a kill). One that exits with an error is reported (a relay
+    // exits 1 when its start-up writes fail: the server down, the disk full); one that dies
+    // from a signal crashed, and fails the round.
     std::size_t relay_exits = 0;
     auto watch = [&] {
       for (auto* group : {&relays, &writers}) {
         for (auto& c : *group) {
-          if (c->exited()) {
-            ++result.unexpected_exits;
+          if (const auto how = c->ended()) {
+            const bool crashed = how->rfind("signal", 0) == 0;
+            ++(crashed ? result.crashes : result.exits);
             relay_exits += group == &relays ? 1 : 0;
-            std::printf("  %s exited by itself (see %s/%s.log); restarted\n", c->name().c_str(),
-                        o.dir.c_str(), c->name().c_str());
+            std::printf("  %s ended by itself (%s; see %s/%s.log); restarted\n", c->name().c_str(),
+                        how->c_str(), o.dir.c_str(), c->name().c_str());
             c->start();
           }
         }
@@ -327,6 +330,13 @@ RoundResult run_round(const RoundOptions& o) {
     result.endpoint = receiver.counts();
     result.duplicate_bound = faults.in_flight_at_faults() +
                              relay_exits * configured_in_flight(o.mode) + result.endpoint.stalled;
+    if (!result.ok() || o.keep) {
+      // Every delivery in arrival order, for the investigation.
+      std::ofstream out(o.dir + "/receipts.tsv");
+      for (const auto& r : in.receipts) {
+        out << r.event_id << '\t' << r.key << '\t' << r.seq << '\t' << r.via << '\n';
+      }
+    }
     if (!o.disk_dir.empty() && (o.keep || !result.ok())) {
       // The small file system goes with the harness: the database is kept beside the logs.
       const std::string file = o.db.substr(o.db.rfind('/') + 1);

@@ -55,14 +55,15 @@ struct RoundResult {
   /// restart, connection kill or full disk; else what the configuration lets a relay hold), plus
   /// one per stalled delivery.
   std::size_t duplicate_bound = 0;
-  std::size_t unexpected_exits = 0;  ///< relays or writers that ended by themselves (restarted)
-  std::size_t unclean_stops = 0;     ///< relays that did not exit 0 within 15 s of SIGTERM
-  double seconds = 0;                ///< the whole round
-  double drain_seconds = 0;          ///< from the end of the faults to the last event received
-  std::string error;                 ///< set when the round could not run
+  std::size_t exits = 0;          ///< relays or writers that exited by themselves (restarted)
+  std::size_t crashes = 0;        ///< relays or writers killed by a signal not sent by the harness
+  std::size_t unclean_stops = 0;  ///< relays that did not exit 0 within 15 s of SIGTERM
+  double seconds = 0;             ///< the whole round
+  double drain_seconds = 0;       ///< from the end of the faults to the last event received
+  std::string error;              ///< set when the round could not run
   bool ok() const {
     return error.empty() && ledger.clean() && ledger.duplicates <= duplicate_bound &&
-           unexpected_exits == 0 && unclean_stops == 0;
+           crashes == 0 && unclean_stops == 0;
   }
 };
 
