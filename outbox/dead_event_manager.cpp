@@ -35,7 +35,7 @@ bool DeadEventManager::replay(std::string_view event_id) {
 
 DeadEventManager::ReplayAllResult DeadEventManager::replay_all(
     std::optional<std::string_view> event_type, std::optional<std::string_view> aggregate_type,
-    int limit) {
+    int limit, const Progress& progress) {
   if (limit < 1) {
     throw std::invalid_argument("DeadEventManager::replay_all: limit must be >= 1");
   }
@@ -56,7 +56,12 @@ DeadEventManager::ReplayAllResult DeadEventManager::replay_all(
     ids.resize(static_cast<std::size_t>(limit));
     result.more = true;
   }
+  const int total = static_cast<int>(ids.size());
   for (const auto& id : ids) {
+    if (progress && !progress(result.replayed + result.skipped, total)) {
+      result.stopped = true;
+      break;
+    }
     if (store_->replay_dead(*conn, id, clock_->now()) > 0) {
       ++result.replayed;
     } else {
@@ -143,24 +148,36 @@ std::vector<std::string> DeadEventManager::members(sql::Connection& conn, std::s
   return ids;
 }
 
-DeadEventManager::GroupActionResult DeadEventManager::replay_group(std::string_view id, int limit) {
+DeadEventManager::GroupActionResult DeadEventManager::act_on_group(
+    std::string_view id, int limit, const Progress& progress,
+    const std::function<bool(sql::Connection&, const std::string&)>& action) {
   auto conn = provider_->acquire();
   GroupActionResult result;
   // Taken once, in insert order: a message group's events come back head first.
-  for (const auto& event_id : members(*conn, id, limit, result.more)) {
-    ++(store_->replay_dead(*conn, event_id, clock_->now()) > 0 ? result.changed : result.skipped);
+  const auto ids = members(*conn, id, limit, result.more);
+  const int total = static_cast<int>(ids.size());
+  for (const auto& event_id : ids) {
+    if (progress && !progress(result.changed + result.skipped, total)) {
+      result.stopped = true;
+      break;
+    }
+    ++(action(*conn, event_id) ? result.changed : result.skipped);
   }
   return result;
 }
 
-DeadEventManager::GroupActionResult DeadEventManager::discard_group(std::string_view id,
-                                                                    int limit) {
-  auto conn = provider_->acquire();
-  GroupActionResult result;
-  for (const auto& event_id : members(*conn, id, limit, result.more)) {
-    ++(store_->discard_dead(*conn, event_id) > 0 ? result.changed : result.skipped);
-  }
-  return result;
+DeadEventManager::GroupActionResult DeadEventManager::replay_group(std::string_view id, int limit,
+                                                                   const Progress& progress) {
+  return act_on_group(id, limit, progress, [this](sql::Connection& conn, const std::string& e) {
+    return store_->replay_dead(conn, e, clock_->now()) > 0;
+  });
+}
+
+DeadEventManager::GroupActionResult DeadEventManager::discard_group(std::string_view id, int limit,
+                                                                    const Progress& progress) {
+  return act_on_group(id, limit, progress, [this](sql::Connection& conn, const std::string& e) {
+    return store_->discard_dead(conn, e) > 0;
+  });
 }
 
 }  // namespace outbox

@@ -1,6 +1,7 @@
 #pragma once
 // Connection-managed facade over the dead-event store methods.
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string_view>
@@ -13,8 +14,9 @@
 namespace outbox {
 
 namespace sql {
+class Connection;
 class ConnectionProvider;
-}
+}  // namespace sql
 
 /// Queries, counts and replays DEAD events, each call on a connection of its own from the
 /// provider. Database failures throw outbox::StoreError (or a subclass), never an empty result.
@@ -23,10 +25,14 @@ class DeadEventManager {
  public:
   /// What replay_all() did.
   struct ReplayAllResult {
-    int replayed = 0;   ///< DEAD → NEW
-    int skipped = 0;    ///< in the list but no longer DEAD when their turn came
-    bool more = false;  ///< the list was capped at the limit: run again for the rest
+    int replayed = 0;      ///< DEAD → NEW
+    int skipped = 0;       ///< in the list but no longer DEAD when their turn came
+    bool more = false;     ///< the list was capped at the limit: run again for the rest
+    bool stopped = false;  ///< the progress callback asked to stop: run again for the rest
   };
+  /// Called before each event of a bulk action with (events handled, events listed); returning
+  /// false stops the action there (what was done stays done).
+  using Progress = std::function<bool(int done, int total)>;
   /// The most DEAD rows one replay_all() takes by default.
   static constexpr int kReplayAllLimit = 100000;
   /// DEAD events that failed the same way (one failure fingerprint).
@@ -40,10 +46,11 @@ class DeadEventManager {
   };
   /// What a group action did.
   struct GroupActionResult {
-    int changed = 0;    ///< replayed or discarded
-    int skipped = 0;    ///< no longer DEAD when their turn came (or, discarding, unread by a
-                        ///< subscription)
-    bool more = false;  ///< the DEAD rows read were capped at the limit: run again for the rest
+    int changed = 0;       ///< replayed or discarded
+    int skipped = 0;       ///< no longer DEAD when their turn came (or, discarding, unread by a
+                           ///< subscription)
+    bool more = false;     ///< the DEAD rows read were capped at the limit: run again for the rest
+    bool stopped = false;  ///< the progress callback asked to stop: run again for the rest
   };
 
   /// Throws std::invalid_argument on a null provider or store.
@@ -64,7 +71,7 @@ class DeadEventManager {
   /// replayed before it stay replayed).
   ReplayAllResult replay_all(std::optional<std::string_view> event_type,
                              std::optional<std::string_view> aggregate_type,
-                             int limit = kReplayAllLimit);
+                             int limit = kReplayAllLimit, const Progress& progress = {});
   /// Number of dead events, optionally of one type. Throws StoreError.
   int count(std::optional<std::string_view> event_type = std::nullopt);
   /// The DEAD events (the first `limit` of them, oldest first; `*more` says whether there were
@@ -72,9 +79,11 @@ class DeadEventManager {
   std::vector<Group> groups(int limit = kReplayAllLimit, bool* more = nullptr);
   /// Replays every DEAD event of the fingerprint `id` among the first `limit` DEAD rows, each
   /// at most once (the list is taken once, as replay_all). Throws StoreError.
-  GroupActionResult replay_group(std::string_view id, int limit = kReplayAllLimit);
+  GroupActionResult replay_group(std::string_view id, int limit = kReplayAllLimit,
+                                 const Progress& progress = {});
   /// Deletes them instead; a DEAD row a subscription has not read yet is kept (skipped).
-  GroupActionResult discard_group(std::string_view id, int limit = kReplayAllLimit);
+  GroupActionResult discard_group(std::string_view id, int limit = kReplayAllLimit,
+                                  const Progress& progress = {});
 
  private:
   std::shared_ptr<sql::ConnectionProvider> provider_;
@@ -83,6 +92,9 @@ class DeadEventManager {
   // The ids of the fingerprint `id` among the first `limit` DEAD rows.
   std::vector<std::string> members(sql::Connection& conn, std::string_view id, int limit,
                                    bool& more);
+  GroupActionResult act_on_group(
+      std::string_view id, int limit, const Progress& progress,
+      const std::function<bool(sql::Connection&, const std::string&)>& action);
 };
 
 }  // namespace outbox

@@ -1,4 +1,5 @@
 #include "dead_commands.hpp"
+#include "progress.hpp"
 
 #include <cstdio>
 
@@ -17,9 +18,39 @@ std::optional<std::string_view> optional_view(const std::string& s) {
   return s.empty() ? std::nullopt : std::optional<std::string_view>(s);
 }
 
+// A bulk action's progress on stderr, stopping (between two events) at Ctrl-C.
+class BulkProgress {
+ public:
+  explicit BulkProgress(std::string what) : what_(std::move(what)) {}
+  DeadEventManager::Progress callback() {
+    return [this](int done, int total) {
+      if (!bar_) {
+        bar_.emplace(what_, total);
+      }
+      bar_->update(done);
+      return !InterruptGuard::requested();
+    };
+  }
+  void finish(int done, bool stopped) {
+    if (bar_) {
+      bar_->update(done);
+      bar_->finish(stopped ? "interrupted between two events; run it again for the rest" : "");
+    }
+  }
+
+ private:
+  InterruptGuard guard_;
+  std::string what_;
+  std::optional<Progress> bar_;
+};
+
 // What a fingerprint action did, for a terminal; its exit code.
 int report(const char* verb, const DeadEventManager::GroupActionResult& r,
            const std::string& fingerprint) {
+  if (r.stopped) {
+    std::printf("%s %d\n", verb, r.changed);
+    return kInterruptedExit;
+  }
   if (r.changed == 0 && r.skipped == 0) {
     std::fprintf(stderr, "outbox: no DEAD event with fingerprint %s\n", fingerprint.c_str());
     return kFailure;
@@ -100,14 +131,20 @@ std::optional<int> DeadCommands::run() {
     return 0;
   }
   if (discard_->parsed()) {
-    return report("discarded", dead.discard_group(fingerprint_, group_limit_), fingerprint_);
+    BulkProgress progress("discard " + fingerprint_);
+    const auto r = dead.discard_group(fingerprint_, group_limit_, progress.callback());
+    progress.finish(r.changed + r.skipped, r.stopped);
+    return report("discarded", r, fingerprint_);
   }
   if (replay_->parsed()) {
     if (fingerprint_.empty() == ids_.empty()) {
       throw std::invalid_argument("give event ids or --fingerprint (one of them)");
     }
     if (!fingerprint_.empty()) {
-      return report("replayed", dead.replay_group(fingerprint_, group_limit_), fingerprint_);
+      BulkProgress progress("replay " + fingerprint_);
+      const auto r = dead.replay_group(fingerprint_, group_limit_, progress.callback());
+      progress.finish(r.changed + r.skipped, r.stopped);
+      return report("replayed", r, fingerprint_);
     }
     int missing = 0;
     for (const auto& id : ids_) {
@@ -119,8 +156,14 @@ std::optional<int> DeadCommands::run() {
     std::printf("replayed %zu\n", ids_.size() - static_cast<std::size_t>(missing));
     return missing == 0 ? 0 : kFailure;
   }
-  const auto r = dead.replay_all(optional_view(type_), optional_view(aggregate_));
+  BulkProgress progress("replay-all");
+  const auto r = dead.replay_all(optional_view(type_), optional_view(aggregate_),
+                                 DeadEventManager::kReplayAllLimit, progress.callback());
+  progress.finish(r.replayed + r.skipped, r.stopped);
   std::printf("replayed %d\n", r.replayed);
+  if (r.stopped) {
+    return kInterruptedExit;
+  }
   if (r.skipped > 0) {
     std::printf("skipped %d (no longer DEAD)\n", r.skipped);
   }

@@ -6,11 +6,14 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -27,6 +30,7 @@
 #include "outbox/relay/debezium_config.hpp"
 #include "outbox/relay/operations.hpp"
 #include "outbox/relay/relay.hpp"
+#include "progress.hpp"
 #include "stream_commands.hpp"
 
 namespace {
@@ -155,6 +159,49 @@ int run_relay(const std::string& config_path) {
   return 0;
 }
 
+// `outbox status --watch`: the report again every `interval` until Ctrl-C, with what changed per
+// second; redrawn in place on a terminal, one frame after another otherwise (JSON: one per line).
+int watch_status(const std::string& table, const std::function<relay::StatusReport()>& read,
+                 std::chrono::milliseconds interval, bool json) {
+  if (interval < std::chrono::milliseconds(100)) {
+    throw std::invalid_argument("--interval must be at least 100ms");
+  }
+  cli::InterruptGuard guard;
+  const bool tty = isatty(STDOUT_FILENO) == 1;
+  std::optional<relay::StatusReport> previous;
+  auto previous_at = std::chrono::steady_clock::now();
+  while (!cli::InterruptGuard::requested()) {
+    const auto report = read();
+    const auto now = std::chrono::steady_clock::now();
+    if (json) {
+      std::printf("%s\n", relay::to_json(report).c_str());
+    } else {
+      std::string rates = "delivered/s –   dead/s –";
+      if (previous) {
+        const double s = std::max(0.001, std::chrono::duration<double>(now - previous_at).count());
+        char line[128];
+        std::snprintf(line, sizeof line, "delivered/s %.1f   dead/s %.1f",
+                      std::max<double>(0, static_cast<double>(report.done - previous->done)) / s,
+                      std::max<double>(0, static_cast<double>(report.dead - previous->dead)) / s);
+        rates = line;
+      }
+      std::printf("%s%s  %s  (every %s; Ctrl-C to quit)\n%s\n%s%s", tty ? "\x1b[H\x1b[2J" : "",
+                  table.c_str(), format_rfc3339(Clock::system()->now()).c_str(),
+                  relay::format_duration(interval).c_str(), rates.c_str(),
+                  relay::to_text(report).c_str(), tty ? "" : "\n");
+    }
+    std::fflush(stdout);
+    previous = report;
+    previous_at = now;
+    for (auto until = now + interval;
+         std::chrono::steady_clock::now() < until && !cli::InterruptGuard::requested();) {
+      // The wait's tick: Ctrl-C is answered within it.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -186,7 +233,13 @@ int main(int argc, char** argv) {
   auto* status_cmd =
       app.add_subcommand("status", "counts by status, oldest pending age, dead events by type");
   add_db_options(*status_cmd, status_db);
-  status_cmd->add_flag("--json", status_json, "print JSON");
+  status_cmd->add_flag("--json", status_json, "print JSON (with --watch: one object per line)");
+  bool status_watch = false;
+  std::string status_interval = "1s";
+  status_cmd->add_flag("--watch", status_watch,
+                       "refresh until Ctrl-C, with delivered and DEAD per second");
+  status_cmd->add_option("--interval", status_interval, "how often --watch refreshes")
+      ->capture_default_str();
 
   DbOptions purge_db;
   std::string older_than;
@@ -236,7 +289,19 @@ int main(int argc, char** argv) {
     if (migrate_cmd->parsed()) {
       auto pool = open_pool(migrate_db.url, 1);
       auto conn = pool->acquire();
-      const auto r = migrate(*conn, migrate_db.table);
+      cli::InterruptGuard guard;
+      std::optional<cli::Progress> bar;
+      const auto r = migrate(*conn, migrate_db.table, [&](int version, std::string_view what) {
+        cli::InterruptGuard::check();  // between steps: the migration stops as a failure would
+        if (!bar) {
+          bar.emplace("migrate " + migrate_db.table, kSchemaVersion);
+        }
+        bar->update(version - 1, "v" + std::to_string(version) + ": " + std::string(what));
+      });
+      if (bar) {
+        bar->update(r.to);
+        bar->finish();
+      }
       if (r.from == r.to) {
         std::printf("%s: already at schema version %d\n", migrate_db.table.c_str(), r.to);
       } else {
@@ -273,18 +338,26 @@ int main(int argc, char** argv) {
       auto store = detect_store(*conn, status_db.table);
       const auto leases = detect_lease_store(*conn, status_db.table);
       const auto groups = detect_group_store(*conn, status_db.table);
-      auto report =
-          relay::read_status(*conn, *store, Clock::system()->now(), leases.get(), groups.get());
-      try {
-        const auto stream = detect_stream_store(*conn, status_db.table);
-        report.stream = relay::read_stream(*conn, *stream, leases.get());
-      } catch (const StoreError&) {
-        // A table before schema version 4 has no stream: the rest of the report stands.
+      const auto read = [&] {
+        auto report =
+            relay::read_status(*conn, *store, Clock::system()->now(), leases.get(), groups.get());
+        try {
+          const auto stream = detect_stream_store(*conn, status_db.table);
+          report.stream = relay::read_stream(*conn, *stream, leases.get());
+        } catch (const StoreError&) {
+          // A table before schema version 4 has no stream: the rest of the report stands.
+        }
+        return report;
+      };
+      if (!status_watch) {
+        const auto report = read();
+        std::fputs(
+            status_json ? (relay::to_json(report) + "\n").c_str() : relay::to_text(report).c_str(),
+            stdout);
+        return 0;
       }
-      std::fputs(
-          status_json ? (relay::to_json(report) + "\n").c_str() : relay::to_text(report).c_str(),
-          stdout);
-      return 0;
+      return watch_status(status_db.table, read, relay::parse_duration(status_interval),
+                          status_json);
     }
     if (purge_cmd->parsed()) {
       const auto age = relay::parse_duration(older_than);
@@ -293,16 +366,32 @@ int main(int argc, char** argv) {
       auto purger = detect_purger(*conn, purge_db.table);
       const auto now = Clock::system()->now();
       long total = 0;
+      cli::InterruptGuard guard;
+      cli::Progress bar("purge", std::nullopt);
       for (;;) {
+        if (cli::InterruptGuard::requested()) {
+          // Each batch is one statement: what it deleted is complete, the rest untouched.
+          bar.finish("interrupted between batches; run it again for the rest");
+          std::printf("purged %ld\n", total);
+          return cli::kInterruptedExit;
+        }
         const int n = purger->purge_older_than(*conn, age, now, 1000);
         total += n;
+        bar.update(total);
         if (n < 1000) {
           break;
         }
       }
+      bar.finish();
       std::printf("purged %ld\n", total);
       return 0;
     }
+  } catch (const cli::Interrupted&) {
+    std::fprintf(stderr,
+                 "outbox: interrupted; nothing half-done (a migration stopped between steps: "
+                 "PostgreSQL and SQLite keep none of it, MariaDB keeps the steps done, which the "
+                 "next run repeats harmlessly)\n");
+    return cli::kInterruptedExit;
   } catch (const relay::ConfigError& e) {
     std::fprintf(stderr, "outbox: %s\n", e.what());
     return kBadInput;

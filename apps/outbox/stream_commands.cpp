@@ -1,5 +1,7 @@
 #include "stream_commands.hpp"
 
+#include "progress.hpp"
+
 #include <cstdio>
 
 #include "outbox/detect/detect.hpp"
@@ -110,7 +112,8 @@ std::optional<int> StreamCommands::run() {
       std::fprintf(stderr, "outbox: stream rebase applies to PostgreSQL streams only\n");
       return 2;
     }
-    const auto moved = stream->rebase(*conn);
+    const auto moved =
+        with_elapsed("stream rebase " + db_.table, [&] { return stream->rebase(*conn); });
     std::printf("rebased %lld rows; every subscription resumes at its first unread event\n",
                 static_cast<long long>(moved));
     return 0;
@@ -120,9 +123,13 @@ std::optional<int> StreamCommands::run() {
                        : reset_->parsed()  ? "reset"
                                            : "rewind";
   try {
-    const auto after = relay::apply_subscription_action(
-        *conn, *stream, name_, action,
-        to_.empty() ? std::nullopt : std::optional<std::string_view>(to_));
+    const auto apply = [&] {
+      return relay::apply_subscription_action(
+          *conn, *stream, name_, action,
+          to_.empty() ? std::nullopt : std::optional<std::string_view>(to_));
+    };
+    // A rewind to a time looks the position up in the table: shown while it runs.
+    const auto after = rewind_->parsed() ? with_elapsed("rewind " + name_, apply) : apply();
     if (!after) {
       std::fprintf(stderr, "outbox: no subscription %s\n", name_.c_str());
       return kFailure;

@@ -1,6 +1,7 @@
 #pragma once
 // The engines this build has, and what picks one: a connection's dialect or a database URL.
 
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -75,9 +76,17 @@ struct MigrationResult {
   int to = 0;
 };
 
+/// Called before each step of a migration with the version it brings and what it does; may
+/// throw to stop the migration (as a failure would: see migrate).
+using MigrationStep = std::function<void(int version, std::string_view what)>;
+
 /// Creates or upgrades `table` to kSchemaVersion, recording the version per table in
 /// `outbox_schema_version`. Idempotent. Throws std::invalid_argument for a bad table name or a
-/// database newer than this build, outbox::StoreError on database errors.
-MigrationResult migrate(sql::Connection& conn, const std::string& table = "outbox_event");
+/// database newer than this build, outbox::StoreError on database errors. Stopped midway (a
+/// failure, or `before_step` throwing), PostgreSQL and SQLite keep none of it (one transaction);
+/// on MariaDB, whose DDL commits by itself, the steps done stay and the next run does them again
+/// harmlessly (each is idempotent).
+MigrationResult migrate(sql::Connection& conn, const std::string& table = "outbox_event",
+                        const MigrationStep& before_step = {});
 
 }  // namespace outbox

@@ -39,7 +39,8 @@ class MigrationLock {
 
 }  // namespace
 
-MigrationResult migrate(sql::Connection& conn, const std::string& table) {
+MigrationResult migrate(sql::Connection& conn, const std::string& table,
+                        const MigrationStep& before_step) {
   validate_table_name(table);
   const sql::Engine& engine = engine_for(conn.dialect());
   const sql::Dialect& dialect = engine.dialect();
@@ -74,6 +75,11 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
                                        : "LOWER(table_name) = LOWER('" + table + "')";
   const auto rows =
       conn.query("SELECT MAX(version) FROM outbox_schema_version WHERE " + row_of_table, none);
+  const auto step = [&](int version, std::string_view what) {
+    if (before_step) {
+      before_step(version, what);
+    }
+  };
   MigrationResult result;
   result.from = rows.empty() || rows[0].is_null(0) ? 0 : static_cast<int>(rows[0].get_int(0));
   if (result.from > kSchemaVersion) {
@@ -83,12 +89,14 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
   }
   // Version 1: the table and its indexes. Later versions add a step here each.
   if (result.from < 1) {
+    step(1, "the table and its indexes");
     engine.create_schema(conn, table);
   }
   // Version 2: DEAD rows record when they became DEAD in done_at (their purge retention counts
   // from then). Rows that went DEAD before have none: their retention starts now (purgers never
   // delete a DEAD row without done_at).
   if (result.from < 2) {  // 0 too: the table may have been made by create_schema
+    step(2, "DEAD rows record when they went DEAD");
     sql::Statement s(dialect, true);
     s.sql("UPDATE " + table + " SET done_at = ")
         .now(Clock::system()->now())
@@ -97,24 +105,29 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table) {
   }
   // Version 3: the lease table (leader election and fencing).
   if (result.from < 3) {
+    step(3, "the lease table");
     engine.create_lease_schema(conn, table);
   }
   // Version 4: stream positions, tags and the subscription table (stream mode).
   if (result.from < 4) {
+    step(4, "stream positions, tags and subscriptions");
     engine.create_stream_schema(conn, table);
   }
   // Version 5: message groups (group key, partition, blocked groups).
   if (result.from < 5) {
+    step(5, "message groups");
     engine.create_group_schema(conn, table);
   }
   // Version 6: defaults for the minimal insert of a writer in another language (status,
   // available_at, created_at).
   if (result.from < 6) {
+    step(6, "defaults for other languages' writers");
     engine.create_writer_defaults(conn, table);
   }
   // Version 7: the tracingspancontext column (Debezium's outbox event router reads the trace
   // context there).
   if (result.from < 7) {
+    step(7, "the tracing column (Debezium)");
     engine.create_tracing_column(conn, table);
   }
   if (result.from == 0) {
