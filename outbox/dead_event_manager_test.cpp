@@ -34,6 +34,7 @@ TEST_F(DeadEventManagerTest, QueriesAndReplays) {
   const auto rest = dead.replay_all("A", std::nullopt);
   EXPECT_EQ(rest.replayed, 1);
   EXPECT_FALSE(rest.more);
+  EXPECT_FALSE(rest.stopped);
   EXPECT_EQ(dead.count(), 1);
   EXPECT_EQ(count(EventStatus::New), 4);
 }
@@ -88,6 +89,35 @@ TEST_F(DeadEventManagerTest, GroupsByFailureFingerprintAndActsOnAWholeGroup) {
   EXPECT_EQ(manager.groups(1, &more).size(), 1U);
   EXPECT_TRUE(more);
   EXPECT_THROW(manager.groups(0), std::invalid_argument);
+}
+
+// A bulk action's progress callback sees every step and can stop it between two events.
+TEST_F(DeadEventManagerTest, AProgressCallbackSeesEachStepAndStopsBetweenTwoEvents) {
+  auto conn = pool->acquire();
+  for (int i = 0; i < 5; ++i) {
+    store->insert_new(*conn, EventEnvelope::builder(EventType::of("A"))
+                                 .event_id("p" + std::to_string(i))
+                                 .payload_json("{}")
+                                 .build());
+    store->mark_dead(*conn, "p" + std::to_string(i), std::chrono::system_clock::now(), "boom");
+  }
+  DeadEventManager dead(pool, store);
+  std::vector<std::pair<int, int>> seen;
+  const auto r = dead.replay_all(std::nullopt, std::nullopt, DeadEventManager::kReplayAllLimit,
+                                 [&](int done, int total) {
+                                   seen.emplace_back(done, total);
+                                   return done < 2;
+                                 });
+  EXPECT_TRUE(r.stopped);
+  EXPECT_EQ(r.replayed, 2);
+  EXPECT_EQ(seen, (std::vector<std::pair<int, int>>{{0, 5}, {1, 5}, {2, 5}}));
+  EXPECT_EQ(dead.count(), 3);
+  const auto fp = fingerprint_failure("A", "boom").id;
+  const auto g = dead.discard_group(fp, DeadEventManager::kReplayAllLimit,
+                                    [](int done, int) { return done < 1; });
+  EXPECT_TRUE(g.stopped);
+  EXPECT_EQ(g.changed, 1);
+  EXPECT_EQ(dead.count(), 2);
 }
 
 }  // namespace

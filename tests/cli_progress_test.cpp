@@ -101,6 +101,15 @@ TEST_F(CliProgress, CtrlCStopsABulkReplayBetweenTwoEventsWithNothingHalfDone) {
   EXPECT_EQ(count(EventStatus::Dead), 0);
 }
 
+// A rewind (one statement) shows how long it has been running, and the cursor moved.
+TEST_F(CliProgress, ARewindShowsItsElapsedTime) {
+  ASSERT_EQ(run_cli(dir, "subscriptions add audit --publisher dev --db " + url).exit_code, 0);
+  const auto r = run_cli(dir, "subscriptions rewind audit --to end --db " + url);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("rewind audit  "), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("subscription audit: ACTIVE, cursor"), std::string::npos) << r.out;
+}
+
 TEST_F(CliProgress, StatusWatchRefreshesUntilCtrlC) {
   seed(10, EventStatus::Dead);
   const pid_t pid = start("status --watch --interval 200ms --db " + url);
