@@ -47,8 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     acted = true;
     return 1;
   };
-  handlers.dead_groups_json = [](const std::string&, int limit) {
-    if (limit < 1 || limit > 100000) {
+  handlers.dead_groups_json = [](const std::string&, int limit, int top) {
+    if (limit < 1 || limit > 100000 || top < 1 || top > 10000) {
       std::abort();  // the route checks the limit before asking
     }
     return std::string("{}");

@@ -137,47 +137,54 @@ std::vector<DeadEventManager::Group> DeadEventManager::groups(int limit, bool* m
   return out;
 }
 
-std::vector<std::string> DeadEventManager::members(sql::Connection& conn, std::string_view id,
-                                                   int limit, bool& more) {
-  std::vector<std::string> ids;
-  for (const auto& row : dead_rows(*store_, conn, limit, more)) {
+std::vector<std::pair<std::string, std::optional<std::string>>> DeadEventManager::members(
+    sql::Connection& conn, std::string_view id, int limit, bool& more) {
+  std::vector<std::pair<std::string, std::optional<std::string>>> out;
+  for (auto& row : dead_rows(*store_, conn, limit, more)) {
     if (fingerprint_failure(row.event_type, row.last_error.value_or("")).id == id) {
-      ids.push_back(row.event_id);
+      out.emplace_back(std::move(row.event_id), std::move(row.last_error));
     }
   }
-  return ids;
+  return out;
 }
 
 DeadEventManager::GroupActionResult DeadEventManager::act_on_group(
     std::string_view id, int limit, const Progress& progress,
-    const std::function<bool(sql::Connection&, const std::string&)>& action) {
+    const std::function<bool(sql::Connection&, const std::string&,
+                             const std::optional<std::string>&)>& action) {
   auto conn = provider_->acquire();
   GroupActionResult result;
-  // Taken once, in insert order: a message group's events come back head first.
-  const auto ids = members(*conn, id, limit, result.more);
-  const int total = static_cast<int>(ids.size());
-  for (const auto& event_id : ids) {
+  // Taken once, in insert order: a message group's events come back head first. Each acts
+  // only while the row still holds the error it was listed with: one replayed by someone else
+  // that failed again for another reason belongs to another group now.
+  const auto rows = members(*conn, id, limit, result.more);
+  const int total = static_cast<int>(rows.size());
+  for (const auto& [event_id, last_error] : rows) {
     if (progress && !progress(result.changed + result.skipped, total)) {
       result.stopped = true;
       break;
     }
-    ++(action(*conn, event_id) ? result.changed : result.skipped);
+    ++(action(*conn, event_id, last_error) ? result.changed : result.skipped);
   }
   return result;
 }
 
 DeadEventManager::GroupActionResult DeadEventManager::replay_group(std::string_view id, int limit,
                                                                    const Progress& progress) {
-  return act_on_group(id, limit, progress, [this](sql::Connection& conn, const std::string& e) {
-    return store_->replay_dead(conn, e, clock_->now()) > 0;
-  });
+  return act_on_group(
+      id, limit, progress,
+      [this](sql::Connection& conn, const std::string& e, const std::optional<std::string>& error) {
+        return store_->replay_dead_if(conn, e, error, clock_->now()) > 0;
+      });
 }
 
 DeadEventManager::GroupActionResult DeadEventManager::discard_group(std::string_view id, int limit,
                                                                     const Progress& progress) {
-  return act_on_group(id, limit, progress, [this](sql::Connection& conn, const std::string& e) {
-    return store_->discard_dead(conn, e) > 0;
-  });
+  return act_on_group(
+      id, limit, progress,
+      [this](sql::Connection& conn, const std::string& e, const std::optional<std::string>& error) {
+        return store_->discard_dead(conn, e, error) > 0;
+      });
 }
 
 }  // namespace outbox

@@ -78,7 +78,9 @@ class DeadEventManager {
   /// more) grouped by failure fingerprint, the largest group first. Throws StoreError.
   std::vector<Group> groups(int limit = kReplayAllLimit, bool* more = nullptr);
   /// Replays every DEAD event of the fingerprint `id` among the first `limit` DEAD rows, each
-  /// at most once (the list is taken once, as replay_all). Throws StoreError.
+  /// at most once (the list is taken once, as replay_all), and only while it still failed with
+  /// the error it was listed with (one that failed again otherwise is skipped). Throws
+  /// StoreError.
   GroupActionResult replay_group(std::string_view id, int limit = kReplayAllLimit,
                                  const Progress& progress = {});
   /// Deletes them instead; a DEAD row a subscription has not read yet is kept (skipped).
@@ -89,12 +91,14 @@ class DeadEventManager {
   std::shared_ptr<sql::ConnectionProvider> provider_;
   std::shared_ptr<OutboxStore> store_;
   std::shared_ptr<Clock> clock_;
-  // The ids of the fingerprint `id` among the first `limit` DEAD rows.
-  std::vector<std::string> members(sql::Connection& conn, std::string_view id, int limit,
-                                   bool& more);
+  // The ids and errors of the fingerprint `id` among the first `limit` DEAD rows.
+  std::vector<std::pair<std::string, std::optional<std::string>>> members(sql::Connection& conn,
+                                                                          std::string_view id,
+                                                                          int limit, bool& more);
   GroupActionResult act_on_group(
       std::string_view id, int limit, const Progress& progress,
-      const std::function<bool(sql::Connection&, const std::string&)>& action);
+      const std::function<bool(sql::Connection&, const std::string&,
+                               const std::optional<std::string>&)>& action);
 };
 
 }  // namespace outbox

@@ -91,6 +91,36 @@ TEST_F(DeadEventManagerTest, GroupsByFailureFingerprintAndActsOnAWholeGroup) {
   EXPECT_THROW(manager.groups(0), std::invalid_argument);
 }
 
+// A row listed in a group, then replayed by someone else and DEAD again for another reason while
+// the action runs, belongs to another group now: the action leaves it alone.
+TEST_F(DeadEventManagerTest, AGroupActionSkipsARowThatFailedAnotherWayMeanwhile) {
+  auto conn = pool->acquire();
+  const auto now = std::chrono::system_clock::now();
+  for (const char* id : {"g1", "g2"}) {
+    store->insert_new(
+        *conn, EventEnvelope::builder(EventType::of("A")).event_id(id).payload_json("{}").build());
+    store->mark_dead(*conn, id, now,
+                     std::string("HTTP 503: upstream timeout after ") +
+                         (id[1] == '1' ? "1200" : "3400") + " ms");
+  }
+  DeadEventManager dead(pool, store);
+  const auto fp = fingerprint_failure("A", "HTTP 503: upstream timeout after 1200 ms").id;
+  ASSERT_EQ(fingerprint_failure("A", "HTTP 503: upstream timeout after 3400 ms").id, fp);
+  const auto r = dead.discard_group(fp, DeadEventManager::kReplayAllLimit, [&](int done, int) {
+    if (done == 0) {
+      auto other = pool->acquire();
+      store->replay_dead(*other, "g2", now);
+      store->mark_dead(*other, "g2", now, "HTTP 400: account closed");
+    }
+    return true;
+  });
+  EXPECT_EQ(r.changed, 1);
+  EXPECT_EQ(r.skipped, 1);
+  EXPECT_FALSE(store->find(*conn, "g1"));
+  ASSERT_TRUE(store->find(*conn, "g2"));
+  EXPECT_EQ(store->find(*conn, "g2")->last_error, "HTTP 400: account closed");
+}
+
 // A bulk action's progress callback sees every step and can stop it between two events.
 TEST_F(DeadEventManagerTest, AProgressCallbackSeesEachStepAndStopsBetweenTwoEvents) {
   auto conn = pool->acquire();

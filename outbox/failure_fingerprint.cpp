@@ -50,39 +50,53 @@ bool is_uuid(std::string_view w) {
 }
 
 // A word after which a number names a kind of failure rather than an occurrence of one.
-bool names_a_code(std::string_view previous) {
-  const auto p = lower(previous);
-  return p == "http" || p == "error" || p == "code" || p == "status" || p == "errno" ||
-         p == "sqlstate";
+bool names_a_code(std::string_view word) {
+  const auto w = lower(word);
+  return w == "http" || w == "error" || w == "code" || w == "status" || w == "errno" ||
+         w == "sqlstate";
 }
 
-// One word, normalized: a number (digits with . or : between) → N, an id → <id>, else itself.
-std::string normalize_word(std::string_view w, std::string_view previous) {
+bool is_alnum(char c) {
+  return is_digit(c) || is_alpha(c);
+}
+
+// What the last words said about the next number.
+struct CodeState {
+  bool code_next = false;     // a code word came: the next number is a code, kept
+  bool version_next = false;  // "HTTP/": a protocol version (1.1) comes first, kept too
+};
+
+// One word, normalized: a number (digits with . or : between) → N unless it is a code, an id →
+// <id>, else itself; `state` follows what it was.
+std::string normalize_word(std::string_view w, CodeState& state) {
+  // Trailing punctuation of a sentence stays outside the replacement.
+  std::size_t end = w.size();
+  while (end > 0 && (w[end - 1] == '.' || w[end - 1] == ':' || w[end - 1] == ',')) {
+    --end;
+  }
+  const std::string_view core = w.substr(0, end), tail = w.substr(end);
+  if (core.empty()) {
+    return std::string(tail);
+  }
   bool digits = false, letters = false, numeric = true;
-  for (char c : w) {
+  for (char c : core) {
     digits = digits || is_digit(c);
     letters = letters || is_alpha(c);
     numeric = numeric && (is_digit(c) || c == '.' || c == ':' || c == ',');
   }
-  // Trailing punctuation of a sentence stays outside the replacement.
-  std::string_view tail;
-  while (!w.empty() && (w.back() == '.' || w.back() == ':' || w.back() == ',')) {
-    tail = std::string_view(w.data() + w.size() - 1, tail.size() + 1);
-    w.remove_suffix(1);
-  }
-  if (w.empty()) {
-    return std::string(tail);
-  }
   if (numeric && digits) {
-    if (names_a_code(previous) && w.size() <= 5) {
-      return std::string(w) + std::string(tail);
-    }
-    return "N" + std::string(tail);
+    const bool keep = (state.code_next || state.version_next) && core.size() <= 5;
+    // After "HTTP/" the version is kept and the status still comes.
+    state.code_next = state.version_next && keep;
+    state.version_next = false;
+    return (keep ? std::string(core) : "N") + std::string(tail);
   }
-  if (is_uuid(w) || (digits && letters && w.size() >= 6)) {
+  state.code_next = names_a_code(core);
+  state.version_next = false;
+  if (is_uuid(core) || (digits && letters && core.size() >= 6)) {
     return "<id>" + std::string(tail);
   }
-  return std::string(w) + std::string(tail);
+  return std::string(core) + std::string(tail);
 }
 
 }  // namespace
@@ -97,18 +111,21 @@ std::string normalize_error(std::string_view error) {
   }
   std::string out;
   out.reserve(error.size());
-  std::string previous;  // the last word kept as it was, for names_a_code
+  CodeState state;
   std::size_t i = 0;
   while (i < error.size()) {
     const char c = error[i];
-    if (c == '\'' || c == '`') {
+    // An apostrophe inside a word (couldn't) is no quote.
+    const bool apostrophe = c == '\'' && i > 0 && is_alnum(error[i - 1]) && i + 1 < error.size() &&
+                            is_alpha(error[i + 1]);
+    if ((c == '\'' || c == '`') && !apostrophe) {
       const auto close = error.find(c, i + 1);
       if (close != std::string_view::npos) {
         out += c;
         out += '?';
         out += c;
         i = close + 1;
-        previous.clear();
+        state = {};
         continue;
       }
     }
@@ -124,15 +141,16 @@ std::string normalize_error(std::string_view error) {
       while (j < error.size() && is_word_char(error[j])) {
         ++j;
       }
-      const auto word = error.substr(i, j - i);
-      const auto normalized = normalize_word(word, previous);
-      out += normalized;
-      previous = normalized == word ? std::string(word) : std::string();
+      out += normalize_word(error.substr(i, j - i), state);
       i = j;
       continue;
     }
     out += c;
-    previous.clear();
+    if (c == '/' && state.code_next) {
+      state.version_next = true;  // HTTP/1.1
+    } else if (c != '=' && c != ':' && c != '#' && !apostrophe) {
+      state = {};  // status=400, code: 42, errno#111 keep their code
+    }
     ++i;
   }
   while (!out.empty() && out.back() == ' ') {

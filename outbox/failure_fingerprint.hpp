@@ -14,8 +14,9 @@ struct FailureFingerprint {
 };
 
 /// The first line of `error` (at most 500 bytes of it) with what differs between occurrences of
-/// one failure replaced: single- and back-quoted values by `'?'`, numbers by `N` (except a
-/// status or error code right after "HTTP", "error", "code", "status", "errno" or "SQLSTATE"),
+/// one failure replaced: single- and back-quoted values by `'?'` (an apostrophe inside a word is
+/// no quote), numbers by `N` (except a status or error code after "HTTP", "error", "code",
+/// "status", "errno" or "SQLSTATE", also written `status: 400`, `status=400`, `HTTP/1.1 400`),
 /// ids (UUIDs, and words of 6 characters or more mixing digits and letters, such as ULIDs and
 /// hex) by `<id>`; whitespace runs become one space. Never throws on any input (invalid UTF-8
 /// is kept as bytes).

@@ -63,6 +63,22 @@ TEST(FailureFingerprint, UlidsHexAndNumbersInProseAreReplaced) {
   EXPECT_EQ(normalize_error("  spaced \t  out  "), "spaced out");
 }
 
+// Codes written other ways stay apart (a replay of the 503s must not take the 400s along), and an
+// apostrophe is no quote.
+TEST(FailureFingerprint, CodesAfterColonsEqualsAndHttpVersionsAreKept) {
+  EXPECT_EQ(normalize_error("upstream status: 400 after 12 ms"), "upstream status: 400 after N ms");
+  EXPECT_NE(normalize_error("status: 400"), normalize_error("status: 503"));
+  EXPECT_EQ(normalize_error("status=503 retry=7"), "status=503 retry=N");
+  EXPECT_NE(normalize_error("connect errno=111"), normalize_error("connect errno=113"));
+  EXPECT_EQ(normalize_error("HTTP/1.1 400 Bad Request"), "HTTP/1.1 400 Bad Request");
+  EXPECT_NE(normalize_error("HTTP/1.1 400"), normalize_error("HTTP/1.1 503"));
+  EXPECT_EQ(normalize_error("couldn't deliver: broker is down, won't retry"),
+            "couldn't deliver: broker is down, won't retry");
+  EXPECT_NE(normalize_error("couldn't deliver: payload rejected, won't retry"),
+            normalize_error("couldn't deliver: broker is down, won't retry"));
+  EXPECT_EQ(normalize_error("key 'k1' isn't unique"), "key '?' isn't unique");
+}
+
 TEST(FailureFingerprint, AnyInputGivesAPatternAndAStableId) {
   const std::string bytes("\xff\xfe'unterminated \x01\0end", 20);
   const auto a = fingerprint_failure("T", bytes);

@@ -153,9 +153,15 @@ class OutboxStore {
                                               int limit, bool with_payloads = true) = 0;
   /// DEAD → NEW with attempts 0, due now. Returns rows changed.
   virtual int replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) = 0;
-  /// Deletes one DEAD row, unless a subscription has not read it yet (as the purge keeps such
-  /// rows). Returns rows deleted (0: not DEAD, or kept).
-  virtual int discard_dead(sql::Connection& conn, std::string_view event_id) = 0;
+  /// replay_dead, only while the row's last_error is still `last_error` (nullopt: none): a row
+  /// that failed again for another reason since it was listed is left alone.
+  virtual int replay_dead_if(sql::Connection& conn, std::string_view event_id,
+                             const std::optional<std::string>& last_error, Timestamp now) = 0;
+  /// Deletes one DEAD row while its last_error is still `last_error` (nullopt: none), unless a
+  /// subscription has not read it yet (as the purge keeps such rows). Returns rows deleted (0:
+  /// not DEAD, another error now, or kept).
+  virtual int discard_dead(sql::Connection& conn, std::string_view event_id,
+                           const std::optional<std::string>& last_error) = 0;
   /// Number of DEAD rows, optionally of one type.
   virtual int count_dead(sql::Connection& conn, std::optional<std::string_view> event_type) = 0;
   /// One row by id, or nullopt.

@@ -101,6 +101,45 @@ TEST_F(CliProgress, CtrlCStopsABulkReplayBetweenTwoEventsWithNothingHalfDone) {
   EXPECT_EQ(count(EventStatus::Dead), 0);
 }
 
+// What other clients wrote is printed safely: a NUL does not cut the output short, an escape
+// sequence does not reach the terminal, bytes that are not UTF-8 do not break the JSON.
+TEST_F(CliProgress, RowsWithControlBytesAndInvalidUtf8PrintSafely) {
+  pool->acquire()->execute(
+      "INSERT INTO outbox_event (event_id, event_type, aggregate_type, payload, status, attempts, "
+      "available_at, created_at, done_at, last_error) VALUES "
+      "('x1', 'T' || char(0) || 'NUL', 'A', '{}', 3, 1, 0, 0, 0, 'boom'), "
+      "('x2', 'Bad' || CAST(X'FF' AS TEXT) || 'Type', 'A', '{}', 3, 1, 0, 0, 0, "
+      "'title ' || char(27) || ']0;PWNED' || char(7) || char(27) || '[2J'), "
+      "('x3', 'Last', 'A', '{}', 3, 1, 0, 0, 0, 'the last group')");
+  const auto groups = run_cli(dir, "dead groups --db " + url);
+  ASSERT_EQ(groups.exit_code, 0) << groups.err;
+  EXPECT_EQ(groups.out.find('\x1b'), std::string::npos) << groups.out;
+  EXPECT_EQ(groups.out.find('\0'), std::string::npos);
+  EXPECT_NE(groups.out.find("Last"), std::string::npos) << groups.out;  // not cut at the NUL
+  EXPECT_NE(groups.out.find("title ?]N;PWNED??[2J"), std::string::npos) << groups.out;
+  const auto status = run_cli(dir, "status --db " + url);
+  EXPECT_EQ(status.out.find('\x1b'), std::string::npos);
+  EXPECT_NE(status.out.find("Last"), std::string::npos) << status.out;
+  // JSON: parsed strictly (nlohmann refuses invalid UTF-8).
+  for (const auto& args : {"status --json", "dead groups --json", "dead list --json"}) {
+    const auto r = run_cli(dir, std::string(args) + " --db " + url);
+    ASSERT_EQ(r.exit_code, 0) << args << ": " << r.err;
+    EXPECT_NO_THROW({
+      const auto parsed = nlohmann::json::parse(r.out);
+      EXPECT_FALSE(parsed.is_null());
+    }) << args
+       << ": " << r.out;
+  }
+}
+
+// A watch whose reader went away (`| head`) stops instead of polling forever.
+TEST_F(CliProgress, StatusWatchStopsWhenItsReaderGoesAway) {
+  const pid_t pid = testing::spawn({"/bin/sh", "-c",
+                                    "'" OUTBOX_CLI_PATH "' status --watch --interval 100ms --db " +
+                                        url + " 2>/dev/null | head -c 10 >/dev/null"});
+  EXPECT_TRUE(testing::wait_exit(pid, std::chrono::seconds(30)).has_value());
+}
+
 // A rewind (one statement) shows how long it has been running, and the cursor moved.
 TEST_F(CliProgress, ARewindShowsItsElapsedTime) {
   ASSERT_EQ(run_cli(dir, "subscriptions add audit --publisher dev --db " + url).exit_code, 0);

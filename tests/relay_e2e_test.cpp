@@ -532,6 +532,12 @@ target = ")" + http.url("/in") +
   const httplib::Headers auth = {{"Authorization", "Bearer admin-secret"}};
   EXPECT_EQ(admin.Get("/api/dead/groups")->status, 401);
   EXPECT_EQ(admin.Get("/api/dead/groups?limit=0", auth)->status, 400);
+  EXPECT_EQ(admin.Get("/api/dead/groups?limit=5abc", auth)->status, 400);
+  EXPECT_EQ(admin.Get("/api/dead/groups?top=1e3", auth)->status, 400);
+  auto top = admin.Get("/api/dead/groups?top=1", auth);
+  ASSERT_EQ(top->status, 200);
+  EXPECT_EQ(nlohmann::json::parse(top->body).at("groups").size(), 1U);
+  EXPECT_EQ(nlohmann::json::parse(top->body).at("total_groups"), 2);
   auto listed = admin.Get("/api/dead/groups", auth);
   ASSERT_EQ(listed->status, 200);
   const auto body = nlohmann::json::parse(listed->body);
@@ -580,6 +586,7 @@ target = ")" + http.url("/in") +
   }
   cli = run_cli(dir, "dead groups --json --db " + url);
   EXPECT_EQ(nlohmann::json::parse(cli.out).at("groups").size(), 0U);
+  EXPECT_EQ(nlohmann::json::parse(cli.out).at("total_groups"), 0);
   EXPECT_EQ(relay.terminate(), 0);
 }
 

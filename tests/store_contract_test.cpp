@@ -503,11 +503,19 @@ TEST_P(StoreContract, DeadQueriesFilterCountAndReplay) {
   EXPECT_EQ(row->attempts, 0);
   EXPECT_EQ(row->available_at, t0 + 50s);
   EXPECT_EQ(store().count_dead(conn(), std::nullopt), 1);
-  // Discarding deletes a DEAD row only.
-  EXPECT_EQ(store().discard_dead(conn(), "d1"), 0);  // NEW again
-  EXPECT_EQ(store().discard_dead(conn(), "alive"), 0);
-  EXPECT_EQ(store().discard_dead(conn(), "d2"), 1);
-  EXPECT_EQ(store().discard_dead(conn(), "d2"), 0);
+  // Discarding deletes a DEAD row only, and only while it holds the error it was listed with.
+  EXPECT_EQ(store().discard_dead(conn(), "d1", "e1"), 0);  // NEW again
+  EXPECT_EQ(store().discard_dead(conn(), "alive", std::nullopt), 0);
+  EXPECT_EQ(store().discard_dead(conn(), "d2", "another error"), 0);
+  EXPECT_EQ(store().discard_dead(conn(), "d2", std::nullopt), 0);
+  EXPECT_EQ(store().discard_dead(conn(), "d2", "e2"), 1);
+  EXPECT_EQ(store().discard_dead(conn(), "d2", "e2"), 0);
+  // The same condition on a replay.
+  store().mark_dead(conn(), "d1", t0 + 60s, "e3");
+  EXPECT_EQ(store().replay_dead_if(conn(), "d1", "e1", t0 + 70s), 0);
+  EXPECT_EQ(store().find(conn(), "d1")->status, EventStatus::Dead);
+  EXPECT_EQ(store().replay_dead_if(conn(), "d1", "e3", t0 + 70s), 1);
+  EXPECT_EQ(store().find(conn(), "d1")->status, EventStatus::New);
   EXPECT_FALSE(store().find(conn(), "d2"));
   EXPECT_TRUE(store().find(conn(), "d1"));
   EXPECT_EQ(store().count_dead(conn(), std::nullopt), 0);

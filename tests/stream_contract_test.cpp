@@ -498,10 +498,10 @@ TEST_P(StreamContract, DiscardKeepsADeadRowALiveSubscriptionHasNotRead) {
   ASSERT_TRUE(stream_->create(*conn, {"slow", {}, "log", ""}, all[0].position));
   store_->mark_dead(*conn, "read", now, "boom");
   store_->mark_dead(*conn, "unread", now, "boom");
-  EXPECT_EQ(store_->discard_dead(*conn, "unread"), 0);
-  EXPECT_EQ(store_->discard_dead(*conn, "read"), 1);
+  EXPECT_EQ(store_->discard_dead(*conn, "unread", "boom"), 0);
+  EXPECT_EQ(store_->discard_dead(*conn, "read", "boom"), 1);
   ASSERT_TRUE(stream_->rewind(*conn, "slow", all[1].position));
-  EXPECT_EQ(store_->discard_dead(*conn, "unread"), 1);
+  EXPECT_EQ(store_->discard_dead(*conn, "unread", "boom"), 1);
 }
 
 TEST_P(StreamContract, PurgeKeepsWhatALiveSubscriptionHasNotRead) {

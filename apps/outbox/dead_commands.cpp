@@ -1,5 +1,6 @@
 #include "dead_commands.hpp"
 #include "progress.hpp"
+#include "terminal_text.hpp"
 
 #include <cstdio>
 
@@ -52,7 +53,8 @@ int report(const char* verb, const DeadEventManager::GroupActionResult& r,
     return kInterruptedExit;
   }
   if (r.changed == 0 && r.skipped == 0) {
-    std::fprintf(stderr, "outbox: no DEAD event with fingerprint %s\n", fingerprint.c_str());
+    std::fprintf(stderr, "outbox: no DEAD event with fingerprint %s%s\n", fingerprint.c_str(),
+                 r.more ? " among the oldest --group-limit DEAD events (raise it)" : "");
     return kFailure;
   }
   std::printf("%s %d\n", verb, r.changed);
@@ -90,6 +92,9 @@ DeadCommands::DeadCommands(CLI::App& app) {
   groups_ = db(dead_->add_subcommand(
       "groups", "DEAD events grouped by failure fingerprint (event type + normalized error)"));
   groups_->add_flag("--json", json_, "print JSON");
+  groups_->add_option("--top", top_, "show the largest this many groups")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
   group_limit(groups_);
   replay_ = db(dead_->add_subcommand(
       "replay", "make DEAD events NEW again: by id, or every one of a fingerprint"));
@@ -117,16 +122,16 @@ std::optional<int> DeadCommands::run() {
   DeadEventManager dead(pool, store);
   if (list_->parsed()) {
     const auto rows = dead.query(optional_view(type_), optional_view(aggregate_), limit_, false);
-    std::fputs(
-        json_ ? (relay::dead_to_json(rows) + "\n").c_str() : relay::dead_to_text(rows).c_str(),
-        stdout);
+    std::fputs(json_ ? (relay::dead_to_json(rows) + "\n").c_str()
+                     : for_terminal(relay::dead_to_text(rows)).c_str(),
+               stdout);
     return 0;
   }
   if (groups_->parsed()) {
-    bool more = false;
-    const auto groups = relay::read_dead_groups(dead, *store, *pool, group_limit_, more);
-    std::fputs(json_ ? (relay::dead_groups_to_json(groups, more) + "\n").c_str()
-                     : relay::dead_groups_to_text(groups, more).c_str(),
+    const auto view =
+        relay::read_dead_groups(dead, *store, *pool, group_limit_, static_cast<std::size_t>(top_));
+    std::fputs(json_ ? (relay::dead_groups_to_json(view) + "\n").c_str()
+                     : for_terminal(relay::dead_groups_to_text(view)).c_str(),
                stdout);
     return 0;
   }

@@ -25,6 +25,7 @@ class DeadCommands {
   std::vector<std::string> ids_;
   int limit_ = 100;
   int group_limit_ = 100000;
+  int top_ = 1000;
   bool json_ = false;
   CLI::App* dead_ = nullptr;
   CLI::App *list_ = nullptr, *groups_ = nullptr, *replay_ = nullptr, *replay_all_ = nullptr,

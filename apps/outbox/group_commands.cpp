@@ -1,5 +1,7 @@
 #include "group_commands.hpp"
 
+#include "terminal_text.hpp"
+
 #include <cstdio>
 
 #include "outbox/detect/detect.hpp"
@@ -64,11 +66,12 @@ std::optional<int> GroupCommands::run() {
       std::puts("no blocked or failing message groups");
     }
     for (const auto& g : groups) {
-      std::printf("%s  %s  head %s (%s) attempts %d, %lld pending%s%s\n", g.message_group.c_str(),
-                  g.blocked ? ("BLOCKED " + age(*g.blocked_at, now)).c_str() : "RETRYING",
-                  g.head_event_id.c_str(), g.head_event_type.c_str(), g.attempts,
-                  static_cast<long long>(g.pending), g.last_error ? ": " : "",
-                  g.last_error ? g.last_error->substr(0, 200).c_str() : "");
+      const std::string line =
+          g.message_group + "  " + (g.blocked ? "BLOCKED " + age(*g.blocked_at, now) : "RETRYING") +
+          "  head " + g.head_event_id + " (" + g.head_event_type + ") attempts " +
+          std::to_string(g.attempts) + ", " + std::to_string(g.pending) + " pending" +
+          (g.last_error ? ": " + g.last_error->substr(0, 200) : "");
+      std::puts(for_terminal(line).c_str());
     }
     return 0;
   }

@@ -10,9 +10,11 @@
 #include <CLI/CLI.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -32,6 +34,7 @@
 #include "outbox/relay/relay.hpp"
 #include "progress.hpp"
 #include "stream_commands.hpp"
+#include "terminal_text.hpp"
 
 namespace {
 
@@ -188,9 +191,13 @@ int watch_status(const std::string& table, const std::function<relay::StatusRepo
       std::printf("%s%s  %s  (every %s; Ctrl-C to quit)\n%s\n%s%s", tty ? "\x1b[H\x1b[2J" : "",
                   table.c_str(), format_rfc3339(Clock::system()->now()).c_str(),
                   relay::format_duration(interval).c_str(), rates.c_str(),
-                  relay::to_text(report).c_str(), tty ? "" : "\n");
+                  cli::for_terminal(relay::to_text(report)).c_str(), tty ? "" : "\n");
     }
-    std::fflush(stdout);
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      // The reader went away (`| head`, a closed terminal): SIGPIPE is ignored, so say so and stop.
+      std::fprintf(stderr, "outbox: cannot write the status any more: %s\n", std::strerror(errno));
+      return kFailure;
+    }
     previous = report;
     previous_at = now;
     for (auto until = now + interval;
@@ -351,9 +358,9 @@ int main(int argc, char** argv) {
       };
       if (!status_watch) {
         const auto report = read();
-        std::fputs(
-            status_json ? (relay::to_json(report) + "\n").c_str() : relay::to_text(report).c_str(),
-            stdout);
+        std::fputs(status_json ? (relay::to_json(report) + "\n").c_str()
+                               : cli::for_terminal(relay::to_text(report)).c_str(),
+                   stdout);
         return 0;
       }
       return watch_status(status_db.table, read, relay::parse_duration(status_interval),

@@ -1,6 +1,7 @@
 #include "stream_commands.hpp"
 
 #include "progress.hpp"
+#include "terminal_text.hpp"
 
 #include <cstdio>
 
@@ -73,7 +74,8 @@ std::optional<int> StreamCommands::run() {
   const auto leases = detect_lease_store(*conn, db_.table);
   if (list_->parsed() || stream_status_->parsed()) {
     const auto report = relay::read_stream(*conn, *stream, leases.get());
-    std::fputs(json_ ? (relay::to_json(report) + "\n").c_str() : relay::to_text(report).c_str(),
+    std::fputs(json_ ? (relay::to_json(report) + "\n").c_str()
+                     : for_terminal(relay::to_text(report)).c_str(),
                stdout);
     return 0;
   }

@@ -1,5 +1,6 @@
 #include "outbox/relay/admin_server.hpp"
 
+#include <charconv>
 #include <map>
 #include <stdexcept>
 
@@ -150,6 +151,23 @@ std::map<std::string, std::string> query_params(std::string_view query) {
   return params;
 }
 
+// The query parameter `name` as a whole number within [min, max], `fallback` when absent;
+// nullopt when it is not one ("5abc" and "1e3" included).
+std::optional<int> bounded(const std::map<std::string, std::string>& params, const char* name,
+                           int fallback, int min, int max) {
+  const auto it = params.find(name);
+  if (it == params.end()) {
+    return fallback;
+  }
+  int value = 0;
+  const auto& text = it->second;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < min || value > max) {
+    return std::nullopt;
+  }
+  return value;
+}
+
 internal::HttpResponse json(int status, std::string body) {
   internal::HttpResponse r;
   r.status = status;
@@ -298,18 +316,14 @@ struct Routes {
       }
       case Kind::DeadGroups: {
         const auto params = query_params(req.query);
-        int limit = DeadEventManager::kReplayAllLimit;
-        if (const auto l = params.find("limit"); l != params.end()) {
-          try {
-            limit = std::stoi(l->second);
-          } catch (const std::exception&) {
-            limit = 0;
-          }
-          if (limit < 1 || limit > DeadEventManager::kReplayAllLimit) {
-            return json(400, json_error("limit must be between 1 and 100000"));
-          }
+        const auto limit = bounded(params, "limit", DeadEventManager::kReplayAllLimit, 1,
+                                   DeadEventManager::kReplayAllLimit);
+        const auto top = bounded(params, "top", 1000, 1, 10000);
+        if (!limit || !top) {
+          return json(400, json_error("limit must be between 1 and 100000, top between 1 and "
+                                      "10000 (whole numbers)"));
         }
-        return json(200, handlers.dead_groups_json(table(), limit));
+        return json(200, handlers.dead_groups_json(table(), *limit, *top));
       }
       case Kind::DeadGroupAction:
         if (auto body = handlers.dead_group_action(table(), route.id, route.action)) {

@@ -21,8 +21,9 @@ struct AdminHandlers {
       dead_json;  ///< DEAD rows as JSON
   /// Events replayed: those of that id DEAD in `table` (in each of the relay's tables when empty).
   std::function<int(const std::string& table, const std::string& id)> replay;
-  /// DEAD events of `table` grouped by failure fingerprint (of its first `limit` DEAD rows).
-  std::function<std::string(const std::string& table, int limit)> dead_groups_json;
+  /// DEAD events of `table` grouped by failure fingerprint (of its first `limit` DEAD rows), the
+  /// `top` largest groups.
+  std::function<std::string(const std::string& table, int limit, int top)> dead_groups_json;
   /// replay | discard every DEAD event of `table` with that fingerprint: what it did as JSON;
   /// nullopt when no DEAD event has it.
   std::function<std::optional<std::string>(const std::string& table, const std::string& fingerprint,

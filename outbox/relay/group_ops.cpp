@@ -7,6 +7,8 @@
 namespace outbox::relay {
 namespace {
 
+using internal::append_text;
+
 void append_instant(std::string& out, const std::optional<Timestamp>& t) {
   internal::append_optional(out, t ? std::optional<std::string>(format_rfc3339(*t)) : std::nullopt);
 }
@@ -20,15 +22,15 @@ std::string seconds_since(Timestamp t, Timestamp now) {
 
 std::string group_to_json(const GroupInfo& g, Timestamp now) {
   std::string out = "{\"group\":";
-  append_json_string(out, g.message_group);
+  append_text(out, g.message_group);
   out += ",\"partition\":" + (g.partition ? std::to_string(*g.partition) : std::string("null"));
   out += ",\"blocked\":" + std::string(g.blocked ? "true" : "false") + ",\"blocked_at\":";
   append_instant(out, g.blocked_at);
   out += ",\"blocked_seconds\":" + (g.blocked_at ? seconds_since(*g.blocked_at, now) : "null");
   out += ",\"head\":{\"event_id\":";
-  append_json_string(out, g.head_event_id);
+  append_text(out, g.head_event_id);
   out += ",\"event_type\":";
-  append_json_string(out, g.head_event_type);
+  append_text(out, g.head_event_type);
   out += ",\"attempts\":" + std::to_string(g.attempts) + ",\"last_error\":";
   internal::append_optional(out, g.last_error);
   out += ",\"created_at\":";

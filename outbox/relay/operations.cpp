@@ -11,6 +11,7 @@ namespace outbox::relay {
 namespace {
 
 using internal::append_optional;
+using internal::append_text;
 
 }  // namespace
 
@@ -70,7 +71,7 @@ std::string to_json(const StatusReport& r) {
     if (i > 0) {
       out.push_back(',');
     }
-    append_json_string(out, r.dead_by_type[i].first);
+    append_text(out, r.dead_by_type[i].first);
     out += ":" + std::to_string(r.dead_by_type[i].second);
   }
   out += "},\"leases\":";
@@ -79,7 +80,7 @@ std::string to_json(const StatusReport& r) {
     for (std::size_t i = 0; i < r.leases->size(); ++i) {
       const auto& l = (*r.leases)[i];
       out += i > 0 ? ",{\"name\":" : "{\"name\":";
-      append_json_string(out, l.name);
+      append_text(out, l.name);
       out += ",\"owner\":";
       append_optional(out, l.owner);
       out += ",\"epoch\":" + std::to_string(l.epoch) + ",\"live\":" + (l.live ? "true" : "false");
@@ -103,33 +104,33 @@ std::string to_json(const StatusReport& r) {
   }
   if (r.relay) {
     out += ",\"relay\":{\"mode\":";
-    append_json_string(out, r.relay->mode);
+    append_text(out, r.relay->mode);
     out += ",\"owner\":";
-    append_json_string(out, r.relay->owner);
+    append_text(out, r.relay->owner);
     out += std::string(",\"leader\":") + (r.relay->leader ? "true" : "false") +
            ",\"alert_oldest_pending_seconds\":" +
            std::to_string(r.relay->alert_oldest_pending.count()) + ",\"routes\":[";
     for (std::size_t i = 0; i < r.relay->routes.size(); ++i) {
       const auto& route = r.relay->routes[i];
       out += i > 0 ? ",{\"table\":" : "{\"table\":";
-      append_json_string(out, route.table);
+      append_text(out, route.table);
       out += ",\"event_type\":";
-      append_json_string(out, route.event_type);
+      append_text(out, route.event_type);
       out += ",\"aggregate_type\":";
-      append_json_string(out, route.aggregate_type);
+      append_text(out, route.aggregate_type);
       out += ",\"publisher\":";
-      append_json_string(out, route.publisher);
+      append_text(out, route.publisher);
       out += ",\"target\":";
-      append_json_string(out, route.target);
+      append_text(out, route.target);
       out += "}";
     }
     out += "],\"publishers\":[";
     for (std::size_t i = 0; i < r.relay->publishers.size(); ++i) {
       const auto& p = r.relay->publishers[i];
       out += i > 0 ? ",{\"name\":" : "{\"name\":";
-      append_json_string(out, p.name);
+      append_text(out, p.name);
       out += ",\"type\":";
-      append_json_string(out, p.type);
+      append_text(out, p.type);
       out += std::string(",\"healthy\":") + (p.healthy ? "true" : "false") + "}";
     }
     out += "]}";
@@ -141,10 +142,10 @@ std::string to_json(const StatusReport& r) {
     out += ",\"tables\":[";
     for (std::size_t i = 0; i < r.tables.size(); ++i) {
       out += i > 0 ? ",{\"table\":" : "{\"table\":";
-      append_json_string(out, r.tables[i].table);
+      append_text(out, r.tables[i].table);
       if (!r.tables[i].report.error.empty()) {
         out += ",\"error\":";
-        append_json_string(out, r.tables[i].report.error);
+        append_text(out, r.tables[i].report.error);
         out += "}";
         continue;
       }
@@ -227,11 +228,11 @@ std::string dead_to_json(const std::vector<OutboxEvent>& rows) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& e = rows[i];
     out += i > 0 ? ",{\"event_id\":" : "{\"event_id\":";
-    append_json_string(out, e.event_id);
+    append_text(out, e.event_id);
     out += ",\"event_type\":";
-    append_json_string(out, e.event_type);
+    append_text(out, e.event_type);
     out += ",\"aggregate_type\":";
-    append_json_string(out, e.aggregate_type);
+    append_text(out, e.aggregate_type);
     out += ",\"aggregate_id\":";
     append_optional(out, e.aggregate_id);
     out += ",\"tenant_id\":";

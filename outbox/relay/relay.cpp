@@ -467,12 +467,11 @@ struct Relay::Impl {
       }
       return replayed;
     };
-    h.dead_groups_json = [this](const std::string& table, int limit) {
+    h.dead_groups_json = [this](const std::string& table, int limit, int top) {
       auto store = store_of(table);
       DeadEventManager manager(pool, store);
-      bool more = false;
-      const auto groups = read_dead_groups(manager, *store, *pool, limit, more);
-      return dead_groups_to_json(groups, more);
+      return dead_groups_to_json(
+          read_dead_groups(manager, *store, *pool, limit, static_cast<std::size_t>(top)));
     };
     h.dead_group_action = [this](const std::string& table, const std::string& fingerprint,
                                  const std::string& action) -> std::optional<std::string> {

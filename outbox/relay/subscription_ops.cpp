@@ -13,6 +13,7 @@ namespace outbox::relay {
 namespace {
 
 using internal::append_optional;
+using internal::append_text;
 
 void append_list(std::string& out, const char* key, const std::vector<std::string>& items) {
   out += "\"";
@@ -20,7 +21,7 @@ void append_list(std::string& out, const char* key, const std::vector<std::strin
   out += "\":[";
   for (std::size_t i = 0; i < items.size(); ++i) {
     out += i ? "," : "";
-    append_json_string(out, items[i]);
+    append_text(out, items[i]);
   }
   out += "]";
 }
@@ -157,12 +158,12 @@ StreamReport read_stream(sql::Connection& conn, StreamStore& stream, LeaseStore*
 std::string to_json(const SubscriptionReport& r, Timestamp now) {
   const auto& st = r.state;
   std::string out = "{\"name\":";
-  append_json_string(out, st.spec.name);
+  append_text(out, st.spec.name);
   out += ",\"status\":\"" + std::string(to_string(st.status)) + "\",\"cursor\":\"" +
          st.cursor.to_string() + "\",\"publisher\":";
-  append_json_string(out, st.spec.publisher);
+  append_text(out, st.spec.publisher);
   out += ",\"target\":";
-  append_json_string(out, st.spec.target);
+  append_text(out, st.spec.target);
   out += ",\"filter\":{";
   append_list(out, "event_types", st.spec.filter.event_types);
   out += ",";
@@ -186,7 +187,7 @@ std::string to_json(const SubscriptionReport& r, Timestamp now) {
          ",\"holder\":";
   append_optional(out, r.lease && r.lease->live ? r.lease->owner : std::nullopt);
   out += ",\"waiting\":";
-  append_json_string(out, r.waiting);
+  append_text(out, r.waiting);
   out += std::string(",\"lagging\":") + (r.lagging ? "true" : "false") + "}";
   return out;
 }
@@ -197,7 +198,7 @@ std::string to_json(const StreamReport& report) {
   if (report.holdback) {
     out += "{\"pid\":" + std::to_string(report.holdback->pid) + ",\"age_seconds\":" +
            fixed(std::chrono::duration<double>(report.holdback->age).count()) + ",\"state\":";
-    append_json_string(out, report.holdback->state);
+    append_text(out, report.holdback->state);
     out += "}";
   } else {
     out += "null";

@@ -471,12 +471,40 @@ int SqlOutboxStore::replay_dead(Connection& conn, std::string_view event_id, Tim
   return to_int(s.execute(conn));
 }
 
-int SqlOutboxStore::discard_dead(Connection& conn, std::string_view event_id) {
+namespace {
+
+// "AND last_error = ?" (IS NULL for none): the row still failed the way it was listed.
+void same_error(Statement& s, const std::optional<std::string>& last_error) {
+  if (last_error) {
+    s.sql(" AND last_error = ").param(TextRef{*last_error});
+  } else {
+    s.sql(" AND last_error IS NULL");
+  }
+}
+
+}  // namespace
+
+int SqlOutboxStore::replay_dead_if(Connection& conn, std::string_view event_id,
+                                   const std::optional<std::string>& last_error, Timestamp now) {
+  Statement s = statement();
+  s.sql("UPDATE " + options_.table + " SET status = " + status_sql(EventStatus::New) +
+        ", attempts = 0, available_at = ")
+      .now(now)
+      .sql(", done_at = NULL, locked_by = NULL, locked_at = NULL WHERE event_id = ")
+      .param(TextRef{event_id})
+      .sql(" AND status = " + status_sql(EventStatus::Dead));
+  same_error(s, last_error);
+  return to_int(s.execute(conn));
+}
+
+int SqlOutboxStore::discard_dead(Connection& conn, std::string_view event_id,
+                                 const std::optional<std::string>& last_error) {
   Statement s = statement();
   s.sql("DELETE FROM " + options_.table + " WHERE event_id = ")
       .param(TextRef{event_id})
       .sql(" AND status = " + status_sql(EventStatus::Dead) +
            not_retained_by_subscriptions(dialect_, options_.table));
+  same_error(s, last_error);
   return to_int(s.execute(conn));
 }
 

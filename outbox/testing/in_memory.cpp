@@ -355,11 +355,31 @@ int InMemoryOutboxStore::replay_dead(sql::Connection& conn, std::string_view eve
   });
 }
 
-int InMemoryOutboxStore::discard_dead(sql::Connection& conn, std::string_view event_id) {
+int InMemoryOutboxStore::replay_dead_if(sql::Connection& conn, std::string_view event_id,
+                                        const std::optional<std::string>& last_error,
+                                        Timestamp now) {
+  auto& db = memory(conn).database();
+  std::lock_guard lock(db.mutex_);
+  return change_row(db.ids_, db.rows_, event_id, [&](OutboxEvent& e) {
+    if (e.status != EventStatus::Dead || e.last_error != last_error) {
+      return false;
+    }
+    e.status = EventStatus::New;
+    e.attempts = 0;
+    e.available_at = now;
+    e.done_at.reset();
+    clear_claim(e);
+    return true;
+  });
+}
+
+int InMemoryOutboxStore::discard_dead(sql::Connection& conn, std::string_view event_id,
+                                      const std::optional<std::string>& last_error) {
   auto& db = memory(conn).database();
   std::lock_guard lock(db.mutex_);
   const auto id = db.ids_.find(event_id);
-  if (id == db.ids_.end() || db.rows_.at(id->second).status != EventStatus::Dead) {
+  if (id == db.ids_.end() || db.rows_.at(id->second).status != EventStatus::Dead ||
+      db.rows_.at(id->second).last_error != last_error) {
     return 0;
   }
   db.rows_.erase(id->second);

@@ -109,7 +109,10 @@ class InMemoryOutboxStore final : public OutboxStore {
                                       std::optional<std::string_view> aggregate_type, int limit,
                                       bool with_payloads = true) override;
   int replay_dead(sql::Connection& conn, std::string_view event_id, Timestamp now) override;
-  int discard_dead(sql::Connection& conn, std::string_view event_id) override;
+  int replay_dead_if(sql::Connection& conn, std::string_view event_id,
+                     const std::optional<std::string>& last_error, Timestamp now) override;
+  int discard_dead(sql::Connection& conn, std::string_view event_id,
+                   const std::optional<std::string>& last_error) override;
   int count_dead(sql::Connection& conn, std::optional<std::string_view> event_type) override;
   std::optional<OutboxEvent> find(sql::Connection& conn, std::string_view event_id) override;
   std::vector<std::int64_t> count_by_status(sql::Connection& conn) override;

@@ -67,8 +67,13 @@ class ForwardingStore : public OutboxStore {
   int replay_dead(sql::Connection& c, std::string_view id, Timestamp now) override {
     return inner_->replay_dead(c, id, now);
   }
-  int discard_dead(sql::Connection& c, std::string_view id) override {
-    return inner_->discard_dead(c, id);
+  int replay_dead_if(sql::Connection& c, std::string_view id,
+                     const std::optional<std::string>& last_error, Timestamp now) override {
+    return inner_->replay_dead_if(c, id, last_error, now);
+  }
+  int discard_dead(sql::Connection& c, std::string_view id,
+                   const std::optional<std::string>& last_error) override {
+    return inner_->discard_dead(c, id, last_error);
   }
   int count_dead(sql::Connection& c, std::optional<std::string_view> t) override {
     return inner_->count_dead(c, t);
