@@ -460,17 +460,6 @@ std::vector<OutboxEvent> SqlOutboxStore::query_dead(Connection& conn,
   return internal::events_from_rows(s.query(conn));
 }
 
-int SqlOutboxStore::replay_dead(Connection& conn, std::string_view event_id, Timestamp now) {
-  Statement s = statement();
-  s.sql("UPDATE " + options_.table + " SET status = " + status_sql(EventStatus::New) +
-        ", attempts = 0, available_at = ")
-      .now(now)
-      .sql(", done_at = NULL, locked_by = NULL, locked_at = NULL WHERE event_id = ")
-      .param(TextRef{event_id})
-      .sql(" AND status = " + status_sql(EventStatus::Dead));
-  return to_int(s.execute(conn));
-}
-
 namespace {
 
 // "AND last_error = ?" (IS NULL for none): the row still failed the way it was listed.
@@ -484,8 +473,8 @@ void same_error(Statement& s, const std::optional<std::string>& last_error) {
 
 }  // namespace
 
-int SqlOutboxStore::replay_dead_if(Connection& conn, std::string_view event_id,
-                                   const std::optional<std::string>& last_error, Timestamp now) {
+int SqlOutboxStore::replay(Connection& conn, std::string_view event_id, Timestamp now,
+                           const std::optional<std::string>* last_error) {
   Statement s = statement();
   s.sql("UPDATE " + options_.table + " SET status = " + status_sql(EventStatus::New) +
         ", attempts = 0, available_at = ")
@@ -493,8 +482,19 @@ int SqlOutboxStore::replay_dead_if(Connection& conn, std::string_view event_id,
       .sql(", done_at = NULL, locked_by = NULL, locked_at = NULL WHERE event_id = ")
       .param(TextRef{event_id})
       .sql(" AND status = " + status_sql(EventStatus::Dead));
-  same_error(s, last_error);
+  if (last_error) {
+    same_error(s, *last_error);
+  }
   return to_int(s.execute(conn));
+}
+
+int SqlOutboxStore::replay_dead(Connection& conn, std::string_view event_id, Timestamp now) {
+  return replay(conn, event_id, now, nullptr);
+}
+
+int SqlOutboxStore::replay_dead_if(Connection& conn, std::string_view event_id,
+                                   const std::optional<std::string>& last_error, Timestamp now) {
+  return replay(conn, event_id, now, &last_error);
 }
 
 int SqlOutboxStore::discard_dead(Connection& conn, std::string_view event_id,

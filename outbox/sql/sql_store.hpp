@@ -119,6 +119,9 @@ class SqlOutboxStore : public OutboxStore {
   virtual std::size_t insert_byte_budget(Connection& conn);
 
  private:
+  // DEAD → NEW; with `last_error`, only while the row still holds that error.
+  int replay(Connection& conn, std::string_view event_id, Timestamp now,
+             const std::optional<std::string>* last_error);
   int reschedule(Connection& conn, std::string_view event_id, Timestamp now,
                  std::chrono::milliseconds delay, std::string_view message, bool count_attempt,
                  std::string_view owner);

@@ -338,12 +338,11 @@ std::vector<OutboxEvent> InMemoryOutboxStore::query_dead(
   return out;
 }
 
-int InMemoryOutboxStore::replay_dead(sql::Connection& conn, std::string_view event_id,
-                                     Timestamp now) {
-  auto& db = memory(conn).database();
+int InMemoryOutboxStore::replay_row(InMemoryDatabase& db, std::string_view event_id, Timestamp now,
+                                    const std::optional<std::string>* last_error) {
   std::lock_guard lock(db.mutex_);
   return change_row(db.ids_, db.rows_, event_id, [&](OutboxEvent& e) {
-    if (e.status != EventStatus::Dead) {
+    if (e.status != EventStatus::Dead || (last_error && e.last_error != *last_error)) {
       return false;
     }
     e.status = EventStatus::New;
@@ -355,22 +354,15 @@ int InMemoryOutboxStore::replay_dead(sql::Connection& conn, std::string_view eve
   });
 }
 
+int InMemoryOutboxStore::replay_dead(sql::Connection& conn, std::string_view event_id,
+                                     Timestamp now) {
+  return replay_row(memory(conn).database(), event_id, now, nullptr);
+}
+
 int InMemoryOutboxStore::replay_dead_if(sql::Connection& conn, std::string_view event_id,
                                         const std::optional<std::string>& last_error,
                                         Timestamp now) {
-  auto& db = memory(conn).database();
-  std::lock_guard lock(db.mutex_);
-  return change_row(db.ids_, db.rows_, event_id, [&](OutboxEvent& e) {
-    if (e.status != EventStatus::Dead || e.last_error != last_error) {
-      return false;
-    }
-    e.status = EventStatus::New;
-    e.attempts = 0;
-    e.available_at = now;
-    e.done_at.reset();
-    clear_claim(e);
-    return true;
-  });
+  return replay_row(memory(conn).database(), event_id, now, &last_error);
 }
 
 int InMemoryOutboxStore::discard_dead(sql::Connection& conn, std::string_view event_id,

@@ -125,6 +125,9 @@ class InMemoryOutboxStore final : public OutboxStore {
   int reschedule(sql::Connection& conn, std::string_view event_id, Timestamp now,
                  std::chrono::milliseconds delay, std::string_view message, bool count_attempt,
                  std::string_view owner);
+  // DEAD → NEW; with `last_error`, only while the row still holds that error.
+  static int replay_row(InMemoryDatabase& db, std::string_view event_id, Timestamp now,
+                        const std::optional<std::string>* last_error);
   const JsonCodec& codec_;
 };
 
