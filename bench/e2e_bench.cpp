@@ -1,7 +1,7 @@
 // outbox-bench: end-to-end throughput and latency of the outbox on a real database, beside the SQL
 // floor (the same business transactions with only the SQL an outbox minimally needs).
 //
-//   outbox-bench --db=URL [--mode=hot|poller|drain] [--events=N] [--writers=W] [--per-tx=K]
+//   outbox-bench --db=URL [--mode=hot|poller|drain|writer] [--events=N] [--writers=W] [--per-tx=K]
 //                [--payload=BYTES] [--workers=N] [--floor] [--poll-ms=MS] [--rate=TX_PER_S]
 //                [--take=N]   (events a worker takes from the queue at once; default 1)
 //     URL: sqlite:///path.db | postgresql://… or "host=… dbname=…" | mysql://… / mariadb://…
@@ -10,6 +10,10 @@
 //         the hot path delivers to a no-op listener; the poller backs it up.
 // poller: the same writers without the hot path; only the poller delivers.
 // drain:  N events are inserted first (bulk), then a claim-locking poller drains them.
+// writer: the writer's own cost: the business transactions alone (UPDATE only), with one bare
+//         outbox INSERT per event, and with OutboxWriter::write_all; nothing is delivered. Prints
+//         each in events/s and the ratios (writer/bare ≥ 0.95 is issue "performance, second
+//         round"'s target).
 // --floor also runs the floor for the mode and prints ours/floor. Progress goes to stderr once a
 // second; the result is one line on stdout.
 
@@ -108,8 +112,8 @@ Config parse(int argc, char** argv) {
   if (c.db.empty()) {
     throw std::invalid_argument("--db=URL is required");
   }
-  if (c.mode != "hot" && c.mode != "poller" && c.mode != "drain") {
-    throw std::invalid_argument("--mode must be hot, poller or drain");
+  if (c.mode != "hot" && c.mode != "poller" && c.mode != "drain" && c.mode != "writer") {
+    throw std::invalid_argument("--mode must be hot, poller, drain or writer");
   }
   return c;
 }
@@ -344,8 +348,70 @@ struct Bench {
     }
   }
 
+  // The business transactions alone: the UPDATE of one account, nothing for the outbox.
+  double plain_writes() {
+    std::string update;
+    {
+      auto c = pool->acquire();
+      update = update_sql(*c);
+    }
+    const double secs = run_writers([&](int, int, std::mt19937& rng) {
+      auto conn = pool->acquire();
+      conn->begin();
+      conn->execute(update, {std::int64_t{static_cast<int>(rng() % 10000)}});
+      conn->commit();
+    });
+    return cfg.events / secs;
+  }
+
+  // --mode=writer: the three, in one run, on an emptied table each time.
+  int run_writer_cost() {
+    auto tx_context = std::make_shared<outbox::ThreadLocalTxContext>();
+    outbox::TransactionManager tx(pool, tx_context);
+    outbox::OutboxWriter writer(tx_context, store);
+    std::string update;
+    {
+      auto c = pool->acquire();
+      update = update_sql(*c);
+    }
+    const double plain = plain_writes();
+    const double bare = floor_writes().first;  // empties the table after itself
+    const double secs = run_writers([&](int first, int count, std::mt19937& rng) {
+      for (;;) {
+        try {
+          auto t = tx.begin();
+          t.connection().execute(update, {std::int64_t{static_cast<int>(rng() % 10000)}});
+          std::vector<outbox::EventEnvelope> batch;
+          for (int i = 0; i < count; ++i) {
+            batch.push_back(outbox::EventEnvelope::builder(outbox::EventType::of("Bench"))
+                                .payload_json(payload_for(first + i))
+                                .build());
+          }
+          writer.write_all(std::move(batch));
+          t.commit();
+          return;
+        } catch (const outbox::StoreError& e) {
+          std::fprintf(stderr, "  write retried: %s\n", e.what());
+        }
+      }
+    });
+    const double ours = cfg.events / secs;
+    pool->acquire()->execute("DELETE FROM " + table);
+    std::printf(
+        "mode=writer engine=%s events=%d writers=%d per_tx=%d payload=%d plain/s=%.0f "
+        "bare_insert/s=%.0f writer/s=%.0f writer_vs_bare=%.2f bare_vs_plain=%.2f "
+        "writer_vs_plain=%.2f\n",
+        std::string(pool->acquire()->dialect()).c_str(), cfg.events, cfg.writers, cfg.per_tx,
+        cfg.payload, plain, bare, ours, ours / bare, bare / plain, ours / plain);
+    teardown();
+    return 0;
+  }
+
   int run() {
     setup();
+    if (cfg.mode == "writer") {
+      return run_writer_cost();
+    }
     const int n = cfg.events;
     std::vector<std::atomic<std::int64_t>> commit_ns(static_cast<std::size_t>(n));
     std::vector<std::atomic<std::int64_t>> latency_ns(static_cast<std::size_t>(n));
