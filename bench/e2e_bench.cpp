@@ -193,8 +193,11 @@ struct Bench {
   }
   void teardown() {
     auto conn = pool->acquire();
-    conn->execute("DROP TABLE " + table);
-    conn->execute("DROP TABLE " + table + "_accounts");
+    // The schema's companions too (lease, subscriptions, blocked groups): a server database
+    // shared by many runs keeps nothing of them.
+    for (const char* suffix : {"", "_accounts", "_lease", "_subscription", "_group_block"}) {
+      conn->execute("DROP TABLE IF EXISTS " + table + suffix);
+    }
   }
   std::string payload_for(int seq) const {
     std::string p = payload;
