@@ -204,6 +204,16 @@ struct Bench {
     p.replace(p.find("SEQ"), 3, std::to_string(seq));
     return p;
   }
+  // Events first … first + count − 1 of the run, as the writers write them.
+  std::vector<outbox::EventEnvelope> events(int first, int count) const {
+    std::vector<outbox::EventEnvelope> batch;
+    for (int i = first; i < first + count; ++i) {
+      batch.push_back(outbox::EventEnvelope::builder(outbox::EventType::of("Bench"))
+                          .payload_json(payload_for(i))
+                          .build());
+    }
+    return batch;
+  }
   std::string update_sql(const outbox::sql::Connection& c) const {
     return "UPDATE " + table + "_accounts SET balance = balance + 1 WHERE id = " + mark(c, 1);
   }
@@ -334,12 +344,7 @@ struct Bench {
   void prefill() {
     auto conn = pool->acquire();
     for (int base = 0; base < cfg.events; base += 5000) {
-      std::vector<outbox::EventEnvelope> batch;
-      for (int i = base; i < std::min(cfg.events, base + 5000); ++i) {
-        batch.push_back(outbox::EventEnvelope::builder(outbox::EventType::of("Bench"))
-                            .payload_json(payload_for(i))
-                            .build());
-      }
+      const auto batch = events(base, std::min(cfg.events, base + 5000) - base);
       conn->begin();
       store->insert_batch(*conn, batch);
       conn->commit();
@@ -384,13 +389,7 @@ struct Bench {
         try {
           auto t = tx.begin();
           t.connection().execute(update, {std::int64_t{static_cast<int>(rng() % 10000)}});
-          std::vector<outbox::EventEnvelope> batch;
-          for (int i = 0; i < count; ++i) {
-            batch.push_back(outbox::EventEnvelope::builder(outbox::EventType::of("Bench"))
-                                .payload_json(payload_for(first + i))
-                                .build());
-          }
-          writer.write_all(std::move(batch));
+          writer.write_all(events(first, count));
           t.commit();
           return;
         } catch (const outbox::StoreError& e) {
@@ -520,12 +519,7 @@ struct Bench {
           try {
             auto t = tx.begin();
             t.connection().execute(update, {std::int64_t{static_cast<int>(rng() % 10000)}});
-            std::vector<outbox::EventEnvelope> batch;
-            for (int i = 0; i < count; ++i) {
-              batch.push_back(outbox::EventEnvelope::builder(outbox::EventType::of("Bench"))
-                                  .payload_json(payload_for(first + i))
-                                  .build());
-            }
+            auto batch = events(first, count);
             // Registered before the writer's hook, so it runs first after the commit.
             tx_context->after_commit([&, first, count] {
               const auto t_ns = now_ns();
