@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -17,6 +18,14 @@
 namespace outbox::sqlite {
 namespace {
 
+// SQLite has one write lock per database and its waiters poll for it (the busy handler sleeps
+// between tries), so the lock sits free while they sleep. The connections of one pool queue on
+// this mutex first: the next writer of the process gets the lock as soon as it is released.
+struct WriteGate {
+  std::timed_mutex mutex;
+  std::atomic<std::thread::id> owner;  // the thread holding mutex, for take_gate's check
+};
+
 // Statements are cached per SQL text; past this many the cache is emptied (multi-row inserts of
 // varying sizes would otherwise grow it without bound).
 constexpr std::size_t kMaxCachedStatements = 128;
@@ -25,6 +34,7 @@ class SqliteConnection final : public sql::Connection {
  public:
   SqliteConnection(sqlite3* db, bool owned) : db_(db), owned_(owned) {}
   ~SqliteConnection() override {
+    release_gate();
     clear_cache();
     if (owned_) {
       sqlite3_close_v2(db_);
@@ -39,6 +49,7 @@ class SqliteConnection final : public sql::Connection {
   std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
     track_statement(sql);
     Statement st(*this, sql, params);
+    GateForStatement gate(*this, st.stmt);
     for (;;) {
       int rc = sqlite3_step(st.stmt);
       if (rc == SQLITE_DONE) {
@@ -54,6 +65,7 @@ class SqliteConnection final : public sql::Connection {
   std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
     track_statement(sql);
     Statement st(*this, sql, params);
+    GateForStatement gate(*this, st.stmt);
     std::vector<sql::Row> rows;
     for (;;) {
       int rc = sqlite3_step(st.stmt);
@@ -76,7 +88,13 @@ class SqliteConnection final : public sql::Connection {
 
   void begin() override {
     reset_suspect();
-    simple("BEGIN IMMEDIATE");
+    take_gate();
+    try {
+      simple("BEGIN IMMEDIATE");
+    } catch (...) {
+      release_gate();
+      throw;
+    }
     begun_ = true;
     ended_by_error_ = false;
   }
@@ -91,6 +109,7 @@ class SqliteConnection final : public sql::Connection {
                              "autocommitted");
     }
     simple("COMMIT");
+    release_gate();
   }
   void rollback() override {
     const bool begun = std::exchange(begun_, false);
@@ -102,6 +121,10 @@ class SqliteConnection final : public sql::Connection {
           "sqlite: ROLLBACK impossible: the transaction had already been committed through the "
           "connection");
     }
+    struct Release {
+      SqliteConnection& c;
+      ~Release() { c.release_gate(); }
+    } release{*this};
     simple("ROLLBACK");
   }
   bool in_transaction() const override { return sqlite3_get_autocommit(db_) == 0; }
@@ -115,7 +138,46 @@ class SqliteConnection final : public sql::Connection {
   }
   std::string_view dialect() const override { return "sqlite"; }
 
+  void set_write_gate(std::shared_ptr<WriteGate> gate) { gate_ = std::move(gate); }
+
  private:
+  // Waits no longer than the busy timeout (SQLite's own wait then follows): a thread that opens
+  // a second write transaction while it holds one fails as it did without the gate. A thread
+  // that holds the gate already (through another connection) does not wait for itself.
+  void take_gate() {
+    if (gate_ && !holding_gate_ && gate_->owner.load() != std::this_thread::get_id()) {
+      holding_gate_ = gate_->mutex.try_lock_for(busy_timeout_);
+      if (holding_gate_) {
+        gate_->owner = std::this_thread::get_id();
+      }
+    }
+  }
+  void release_gate() {
+    if (holding_gate_) {
+      holding_gate_ = false;
+      gate_->owner = std::thread::id();
+      gate_->mutex.unlock();
+    }
+  }
+  // An autocommitted write (not a read) takes the gate for its own run.
+  struct GateForStatement {
+    GateForStatement(SqliteConnection& c, sqlite3_stmt* stmt)
+        : conn(c.gate_ && sqlite3_get_autocommit(c.db_) != 0 && !c.holding_gate_ &&
+                       sqlite3_stmt_readonly(stmt) == 0
+                   ? &c
+                   : nullptr) {
+      if (conn) {
+        conn->take_gate();
+      }
+    }
+    ~GateForStatement() {
+      if (conn) {
+        conn->release_gate();
+      }
+    }
+    SqliteConnection* conn;
+  };
+
   // A cached statement bound for one call; reset (and unbound) when it goes out of scope.
   struct Statement {
     Statement(SqliteConnection& c, std::string_view sql, std::span<const sql::Value> params)
@@ -273,6 +335,8 @@ class SqliteConnection final : public sql::Connection {
 
   sqlite3* db_;
   bool owned_;
+  std::shared_ptr<WriteGate> gate_;
+  bool holding_gate_ = false;
   bool begun_ = false;           // between begin() and commit()/rollback()
   bool ended_by_error_ = false;  // SQLite rolled back the transaction begun here
   std::chrono::milliseconds busy_timeout_{0};
@@ -410,12 +474,14 @@ struct CheckpointedPool {
 std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& path, std::size_t max_size,
                                                const OpenOptions& options) {
   const bool checkpointer = options.wal && options.checkpoint_interval.count() > 0;
-  OpenOptions pooled = options;
-  if (checkpointer) {
-    pooled.wal_autocheckpoint = 0;
-  }
+  auto gate = std::make_shared<WriteGate>();
   sql::ConnectionPool::Options pool_options{
-      .factory = [path, pooled] { return open(path, pooled); },
+      .factory =
+          [path, options, gate] {
+            auto conn = open(path, options);
+            static_cast<SqliteConnection&>(*conn).set_write_gate(gate);
+            return conn;
+          },
       .max_size = max_size,
   };
   if (!checkpointer) {

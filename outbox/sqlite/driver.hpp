@@ -20,12 +20,13 @@ struct OpenOptions {
   bool create = true;              ///< false: a missing file is an error (tools that only read)
   /// journal_size_limit: the WAL file is cut back to this after a checkpoint resets it.
   std::int64_t journal_size_limit = 64 * 1024 * 1024;
-  /// SQLite's automatic checkpoint after a commit, in WAL pages (0: off). make_pool turns it
-  /// off when its checkpointer runs: writers then never compete with it for the checkpoint.
+  /// SQLite's automatic checkpoint after a commit, in WAL pages (0: off). It keeps the WAL short:
+  /// a pool's writers queue in the process, so the checkpoint a commit runs finishes before the
+  /// next writer starts, which can then begin the WAL again from its start.
   int wal_autocheckpoint = 1000;
-  /// make_pool with WAL: how often a background thread checkpoints (0: never, SQLite's own
-  /// automatic checkpoints then). Readers that never pause keep those from resetting the WAL,
-  /// which grows without bound; this one waits briefly for them and truncates it.
+  /// make_pool with WAL: how often a background thread checkpoints (0: never). Readers that
+  /// never pause keep the automatic checkpoints from resetting the WAL, which then grows without
+  /// bound; this one waits briefly for them and truncates it.
   std::chrono::milliseconds checkpoint_interval{100};
   /// Truncating checkpoints start once the WAL holds this many pages (4 KiB each by default).
   int checkpoint_pages = 4096;
@@ -39,7 +40,8 @@ std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions
 /// Applies nothing to the handle (the caller configures busy timeout and journal mode).
 std::unique_ptr<sql::Connection> wrap(sqlite3* db);
 
-/// A pool of connections to one file; with WAL and a checkpoint_interval, it owns the
+/// A pool of connections to one file. Its connections queue in the process for SQLite's write
+/// lock (no busy polling among themselves); with WAL and a checkpoint_interval, it owns the
 /// background checkpointer (stopped when the last reference to the pool goes).
 std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& path, std::size_t max_size = 4,
                                                const OpenOptions& options = {});
