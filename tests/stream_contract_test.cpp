@@ -287,9 +287,11 @@ TEST_P(StreamContract, MigrationNumbersTheRowsOfAnOlderTableOldestFirst) {
       conn->execute("ALTER TABLE " + old + " DROP COLUMN stream_xid, DROP COLUMN stream_seq, " +
                     "DROP COLUMN tags");
     } else {
+      // Keyed by event_id, as tables were before schema version 8.
       conn->execute("ALTER TABLE " + old + " DROP INDEX " + derived_name(old, "_stream") +
-                    ", DROP INDEX " + derived_name(old, "_stream_id") +
-                    ", DROP COLUMN stream_seq, DROP COLUMN stream_id, DROP COLUMN tags");
+                    ", DROP INDEX " + derived_name(old, "_event_id") +
+                    ", DROP COLUMN stream_seq, DROP COLUMN stream_id, DROP COLUMN tags, ADD "
+                    "PRIMARY KEY (event_id)");
     }
   }
   conn->execute(
@@ -330,6 +332,21 @@ TEST_P(StreamContract, MigrationNumbersTheRowsOfAnOlderTableOldestFirst) {
   EXPECT_EQ(ids(read), (std::vector<std::string>{"new"}));
   EXPECT_EQ(old_store->poll_pending(*conn, std::chrono::system_clock::now() + 1h, 0us, 10).size(),
             4u);
+  if (engine_is("mysql")) {
+    // Version 8: the rows are stored in insert order; event ids stay unique.
+    std::string primary;
+    for (const auto& index : conn->query("SHOW INDEX FROM " + old)) {
+      if (index.get_text(2) == "PRIMARY") {
+        primary += index.get_text(4);
+      }
+    }
+    EXPECT_EQ(primary, "stream_id");
+    EXPECT_THROW(old_store->insert_new(*conn, EventEnvelope::builder(EventType::of("Old"))
+                                                  .event_id("old-2")
+                                                  .payload_json("{}")
+                                                  .build()),
+                 UniqueViolationError);
+  }
   if (!engine_is("sqlite")) {
     for (const auto& t : {sql::subscription_table_name(old), sql::lease_table_name(old),
                           derived_name(old, "_stream_head"), old}) {

@@ -130,6 +130,12 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table,
     step(7, "the tracing column (Debezium)");
     engine.create_tracing_column(conn, table);
   }
+  // Version 8: rows stored in insert order (MariaDB: the primary key becomes stream_id, the
+  // table is rebuilt).
+  if (result.from < 8 && engine.cluster_by_insert_order) {
+    step(8, "rows stored in insert order (MariaDB rebuilds the table)");
+    engine.cluster_by_insert_order(conn, table);
+  }
   if (result.from == 0) {
     // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)
     // still cannot fail on the key.

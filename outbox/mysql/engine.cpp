@@ -39,6 +39,10 @@ const sql::Engine& engine() {
           },
       .create_tracing_column = [](sql::Connection& conn,
                                   const std::string& table) { create_tracing_column(conn, table); },
+      .cluster_by_insert_order =
+          [](sql::Connection& conn, const std::string& table) {
+            cluster_by_insert_order(conn, table);
+          },
       .make_stream_store = [](const std::string& table) -> std::shared_ptr<StreamStore> {
         return std::make_shared<MySqlStreamStore>(table);
       },

@@ -94,7 +94,7 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   // range scan, whatever the size of the rest of the table.
   conn.execute("CREATE TABLE IF NOT EXISTS " + table +
                " ("
-               "event_id VARCHAR(64) NOT NULL PRIMARY KEY, "
+               "event_id VARCHAR(64) NOT NULL, "
                "event_type VARCHAR(128) NOT NULL, "
                "aggregate_type VARCHAR(64), "
                "aggregate_id VARCHAR(128), "
@@ -114,10 +114,11 @@ void create_schema(sql::Connection& conn, const std::string& table) {
                // Schema version 4 (see mysql/stream.hpp): the stream position, and the insert
                // order the sequencer numbers committed rows in.
                "stream_seq BIGINT NULL, "
-               "stream_id BIGINT NOT NULL AUTO_INCREMENT, "
+               // The primary key: InnoDB stores rows in its order (schema version 8).
+               "stream_id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, "
                "UNIQUE INDEX " +
-               derived_name(table, "_stream_id") +
-               " (stream_id), "
+               derived_name(table, "_event_id") +
+               " (event_id), "
 
                "pending_at DATETIME(6) AS (IF(" +
                sql::pending_statuses() +
@@ -138,6 +139,26 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   create_group_schema(conn, table);
   create_writer_defaults(conn, table);
   create_tracing_column(conn, table);
+  cluster_by_insert_order(conn, table);
+}
+
+void cluster_by_insert_order(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  std::string primary;
+  for (const auto& index : conn.query("SHOW INDEX FROM " + table)) {
+    if (index.get_text(2) == "PRIMARY") {
+      primary += (primary.empty() ? "" : ",") + index.get_text(4);
+    }
+  }
+  if (primary != "stream_id") {
+    // Rebuilt in place, writes allowed meanwhile. event_id stays unique through its own index.
+    conn.execute("ALTER TABLE " + table + " ADD UNIQUE INDEX IF NOT EXISTS " +
+                 derived_name(table, "_event_id") + " (event_id)" +
+                 (primary.empty() ? "" : ", DROP PRIMARY KEY") + ", ADD PRIMARY KEY (stream_id)");
+  }
+  // The key the stream schema gave stream_id before it was the primary key.
+  conn.execute("ALTER TABLE " + table + " DROP INDEX IF EXISTS " +
+               derived_name(table, "_stream_id"));
 }
 
 void create_tracing_column(sql::Connection& conn, const std::string& table) {
@@ -250,32 +271,30 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
                                                          std::chrono::microseconds skip_recent,
                                                          int limit, const PendingKey* after) {
   return in_own_transaction(conn, [&] {
-    // Lock the oldest claimable rows, skipping rows other nodes hold locked right now.
+    // Lock and read the oldest claimable rows, skipping rows other nodes hold locked right now;
+    // no UPDATE … RETURNING here, so the rows are read as they are locked rather than again
+    // after the UPDATE, and the UPDATE finds them by primary key (stream_id, the last column).
     auto pick = statement();
-    pick.sql("SELECT event_id FROM " + table());
+    pick.sql("SELECT " + columns() + ", stream_id FROM " + table());
     where_due(pick, now, skip_recent);
     claimable(pick, owner, now, lock_timeout, after);
     oldest_first(pick, limit);
     pick.sql(" FOR UPDATE SKIP LOCKED");
-    std::vector<std::string> ids;
-    for (const auto& r : pick.query(conn)) {
-      ids.push_back(r.get_text(0));
-    }
-    std::vector<OutboxEvent> events;
-    if (!ids.empty()) {
+    const auto rows = pick.query(conn);
+    std::vector<OutboxEvent> events = internal::events_from_rows(rows);
+    if (!events.empty()) {
       auto stamp = statement();
       stamp.sql("UPDATE " + table() + " SET locked_by = ")
           .param(sql::TextRef{owner})
           .sql(", locked_at = ")
           .now(now)
-          .sql(" WHERE")
-          .ids_in("event_id", ids, 0, ids.size())
-          .execute(conn);
-      auto read = statement();
-      read.sql("SELECT " + columns() + " FROM " + table() + " WHERE")
-          .ids_in("event_id", ids, 0, ids.size())
-          .sql(" ORDER BY created_at, event_id");
-      events = internal::events_from_rows(read.query(conn));
+          .sql(" WHERE stream_id IN (");
+      for (std::size_t i = 0; i < rows.size(); ++i) {
+        stamp.sql(i == 0 ? "" : ",").param(rows[i].get_int(rows[i].size() - 1));
+        events[i].locked_by = std::string(owner);
+        events[i].locked_at = now;
+      }
+      stamp.sql(")").execute(conn);
     }
     return events;
   });

@@ -26,6 +26,11 @@ void create_writer_defaults(sql::Connection& conn, const std::string& table = "o
 /// version 7, also made by create_schema). Throws outbox::StoreError, std::invalid_argument on a
 /// bad table name.
 void create_tracing_column(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Makes stream_id (insert order) the primary key of `table`, event_id a unique index: InnoDB
+/// stores rows in primary key order, and random event ids (UUIDv4 from other writers) scattered
+/// every claim, mark and poll over the whole table (schema version 8, also made by create_schema;
+/// rebuilds an older table in place). Throws outbox::StoreError.
+void cluster_by_insert_order(sql::Connection& conn, const std::string& table = "outbox_event");
 
 /// The MariaDB/MySQL dialect: DATETIME(6) in UTC, JSON columns, `?` parameters, generated
 /// pending_at / terminal_at columns as the pending and terminal indexes.

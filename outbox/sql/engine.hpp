@@ -45,6 +45,9 @@ struct Engine {
   void (*create_writer_defaults)(Connection& conn, const std::string& table);
   /// Adds the tracingspancontext column if missing (schema version 7).
   void (*create_tracing_column)(Connection& conn, const std::string& table);
+  /// Stores the rows in insert order (schema version 8: MariaDB's primary key becomes
+  /// stream_id); nullptr where the engine does so already.
+  void (*cluster_by_insert_order)(Connection& conn, const std::string& table) = nullptr;
   std::shared_ptr<StreamStore> (*make_stream_store)(const std::string& table);
   /// Serializes migrations of one database: takes a lock (and begins the migration's transaction
   /// where DDL is transactional); unlock_migrations ends both, committing or not.
