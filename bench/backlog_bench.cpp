@@ -45,17 +45,25 @@ void prefill(outbox::sql::Connection& conn, const std::string& t, long pending, 
                  std::to_string(done) + ") g");
     conn.execute("ANALYZE " + t);
   } else if (d == "mysql") {
-    conn.execute(
-        "INSERT INTO " + t + cols +
-        " SELECT MD5(CONCAT('p', seq)), 'Bench', '__GLOBAL__', '{\"n\":1}', 0, 0, "
-        "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL seq MICROSECOND, "
-        "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL seq MICROSECOND, NULL FROM seq_1_to_" +
-        std::to_string(pending));
-    conn.execute("INSERT INTO " + t + cols +
-                 " SELECT MD5(CONCAT('d', seq)), 'Bench', '__GLOBAL__', '{\"n\":1}', 1, 0, "
-                 "UTC_TIMESTAMP(6) - INTERVAL 3 DAY, UTC_TIMESTAMP(6) - INTERVAL 3 DAY + INTERVAL "
-                 "seq MICROSECOND, UTC_TIMESTAMP(6) - INTERVAL 2 DAY FROM seq_1_to_" +
-                 std::to_string(done));
+    // In statements of 100,000 rows: one of a million outlasts the driver's 30 s read timeout.
+    constexpr long kChunk = 100000;
+    auto range = [](long from, long n) {
+      return " FROM seq_" + std::to_string(from) + "_to_" + std::to_string(from + n - 1);
+    };
+    for (long from = 1; from <= pending; from += kChunk) {
+      conn.execute("INSERT INTO " + t + cols +
+                   " SELECT MD5(CONCAT('p', seq)), 'Bench', '__GLOBAL__', '{\"n\":1}', 0, 0, "
+                   "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL seq MICROSECOND, "
+                   "UTC_TIMESTAMP(6) - INTERVAL 1 HOUR + INTERVAL seq MICROSECOND, NULL" +
+                   range(from, std::min(kChunk, pending - from + 1)));
+    }
+    for (long from = 1; from <= done; from += kChunk) {
+      conn.execute("INSERT INTO " + t + cols +
+                   " SELECT MD5(CONCAT('d', seq)), 'Bench', '__GLOBAL__', '{\"n\":1}', 1, 0, "
+                   "UTC_TIMESTAMP(6) - INTERVAL 3 DAY, UTC_TIMESTAMP(6) - INTERVAL 3 DAY + "
+                   "INTERVAL seq MICROSECOND, UTC_TIMESTAMP(6) - INTERVAL 2 DAY" +
+                   range(from, std::min(kChunk, done - from + 1)));
+    }
     conn.execute("ANALYZE TABLE " + t);
   } else {
     const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(

@@ -4,6 +4,7 @@
 //   outbox-bench --db=URL [--mode=hot|poller|drain|writer] [--events=N] [--writers=W] [--per-tx=K]
 //                [--payload=BYTES] [--workers=N] [--floor] [--poll-ms=MS] [--rate=TX_PER_S]
 //                [--take=N]   (events a worker takes from the queue at once; default 1)
+//                [--rounds=N] (--mode=writer: rounds of its three runs, medians; default 3)
 //     URL: sqlite:///path.db | postgresql://… or "host=… dbname=…" | mysql://… / mariadb://…
 //
 // hot:    W writer threads run business transactions (UPDATE one of 10,000 accounts + K events);
@@ -64,8 +65,9 @@ struct Config {
   int workers = 4;
   bool floor = false;
   int poll_ms = 100;
-  int take = 1;  // events a worker takes from the queue at once (dispatcher max_batch_size)
-  int rate = 0;  ///< business transactions per second across all writers; 0 = as fast as possible
+  int take = 1;    // events a worker takes from the queue at once (dispatcher max_batch_size)
+  int rate = 0;    ///< business transactions per second across all writers; 0 = as fast as possible
+  int rounds = 3;  ///< --mode=writer: rounds of the three runs, medians printed
 };
 
 Config parse(int argc, char** argv) {
@@ -105,6 +107,8 @@ Config parse(int argc, char** argv) {
       c.rate = num();
     } else if (key == "--take") {
       c.take = std::max(1, num());
+    } else if (key == "--rounds") {
+      c.rounds = std::max(1, num());
     } else {
       throw std::invalid_argument("unknown flag " + key + " (see the header of e2e_bench.cpp)");
     }
@@ -382,8 +386,35 @@ struct Bench {
       auto c = pool->acquire();
       update = update_sql(*c);
     }
-    const double plain = plain_writes();
-    const double bare = floor_writes().first;  // empties the table after itself
+    // Rounds of the three, interleaved, and the median of each: one run of each in a fixed
+    // order differed by up to ±10 % from the next (checkpoints, the file's free pages).
+    std::vector<double> plains, bares, ourses;
+    for (int round = 0; round < cfg.rounds; ++round) {
+      plains.push_back(plain_writes());
+      bares.push_back(floor_writes().first);  // empties the table after itself
+      ourses.push_back(writer_writes(tx, writer, update));
+    }
+    const double plain = median(plains);
+    const double bare = median(bares);
+    const double ours = median(ourses);
+    std::printf(
+        "mode=writer engine=%s events=%d writers=%d per_tx=%d payload=%d rounds=%d plain/s=%.0f "
+        "bare_insert/s=%.0f writer/s=%.0f writer_vs_bare=%.2f bare_vs_plain=%.2f "
+        "writer_vs_plain=%.2f\n",
+        std::string(pool->acquire()->dialect()).c_str(), cfg.events, cfg.writers, cfg.per_tx,
+        cfg.payload, cfg.rounds, plain, bare, ours, ours / bare, bare / plain, ours / plain);
+    teardown();
+    return 0;
+  }
+
+  static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+
+  // The business transactions with OutboxWriter::write_all; empties the table after itself.
+  double writer_writes(outbox::TransactionManager& tx, outbox::OutboxWriter& writer,
+                       const std::string& update) {
     const double secs = run_writers([&](int first, int count, std::mt19937& rng) {
       for (;;) {
         try {
@@ -397,16 +428,8 @@ struct Bench {
         }
       }
     });
-    const double ours = cfg.events / secs;
     pool->acquire()->execute("DELETE FROM " + table);
-    std::printf(
-        "mode=writer engine=%s events=%d writers=%d per_tx=%d payload=%d plain/s=%.0f "
-        "bare_insert/s=%.0f writer/s=%.0f writer_vs_bare=%.2f bare_vs_plain=%.2f "
-        "writer_vs_plain=%.2f\n",
-        std::string(pool->acquire()->dialect()).c_str(), cfg.events, cfg.writers, cfg.per_tx,
-        cfg.payload, plain, bare, ours, ours / bare, bare / plain, ours / plain);
-    teardown();
-    return 0;
+    return cfg.events / secs;
   }
 
   int run() {
