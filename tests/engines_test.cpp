@@ -228,6 +228,51 @@ TEST_P(ServerEngine, TablesWhoseNamesDifferOnlyByCaseAreMigratedApart) {
   }
 }
 
+// Schema version 8 keys MariaDB tables by stream_id; event ids must stay unique whatever the
+// table looked like before (found by a hostile round: a user's plain index of the unique index's
+// name, or a primary key already moved by hand, left duplicates accepted).
+TEST_P(ServerEngine, MigrationToInsertOrderKeepsEventIdsUnique) {
+  if (!mysql()) {
+    GTEST_SKIP() << "PostgreSQL stores rows in insert order whatever the key";
+  }
+  auto pool = open_pool(url_, 1);
+  auto conn = pool->acquire();
+  const std::string index = derived_name(table_, "_event_id");
+  for (const std::string& before :
+       {"DROP INDEX " + index + ", ADD INDEX " + index + " (event_id)",
+        "DROP INDEX " + index + ", ADD INDEX by_id (event_id)",
+        "DROP INDEX " + index +
+            ", DROP PRIMARY KEY, ADD PRIMARY KEY (event_id), ADD UNIQUE "
+            "INDEX " +
+            derived_name(table_, "_stream_id") + " (stream_id)"}) {
+    SCOPED_TRACE(before);
+    migrate(*conn, table_);
+    conn->execute("ALTER TABLE " + table_ + " " + before);
+    conn->execute("UPDATE outbox_schema_version SET version = 7 WHERE table_name = '" + table_ +
+                  "'");
+    auto store = detect_store(*conn, table_);
+    store->insert_new(
+        *conn,
+        EventEnvelope::builder(EventType::of("M")).event_id("kept").payload_json("{}").build());
+    EXPECT_EQ(migrate(*conn, table_).from, 7);
+    std::string primary;
+    for (const auto& row : conn->query("SHOW INDEX FROM " + table_)) {
+      if (row.get_text(2) == "PRIMARY") {
+        primary += row.get_text(4);
+      }
+    }
+    EXPECT_EQ(primary, "stream_id");
+    EXPECT_THROW(
+        store->insert_new(
+            *conn,
+            EventEnvelope::builder(EventType::of("M")).event_id("kept").payload_json("{}").build()),
+        UniqueViolationError);
+    EXPECT_EQ(store->count_by_status(*conn)[0], 1);
+    testing::drop_outbox_tables(*conn, table_);
+    conn->execute("DELETE FROM outbox_schema_version WHERE table_name = '" + table_ + "'");
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, ServerEngine,
                          ::testing::Values(Engine{"postgres", "OUTBOX_TEST_PG_URL"},
                                            Engine{"mysql", "OUTBOX_TEST_MYSQL_URL"}),

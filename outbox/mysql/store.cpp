@@ -1,6 +1,7 @@
 #include "outbox/mysql/store.hpp"
 
 #include <algorithm>
+#include <map>
 
 #include "outbox/internal/event_row.hpp"
 #include "outbox/mysql/stream.hpp"
@@ -144,17 +145,36 @@ void create_schema(sql::Connection& conn, const std::string& table) {
 
 void cluster_by_insert_order(sql::Connection& conn, const std::string& table) {
   validate_table_name(table);
-  std::string primary;
-  for (const auto& index : conn.query("SHOW INDEX FROM " + table)) {
-    if (index.get_text(2) == "PRIMARY") {
-      primary += (primary.empty() ? "" : ",") + index.get_text(4);
-    }
+  // Per index: unique or not, and its columns in order (SHOW INDEX: Non_unique, Key_name,
+  // Seq_in_index, Column_name).
+  std::map<std::string, std::pair<bool, std::string>> indexes;
+  for (const auto& row : conn.query("SHOW INDEX FROM " + table)) {
+    auto& [unique, columns] = indexes[row.get_text(2)];
+    unique = row.get_int(1) == 0;
+    columns += (columns.empty() ? "" : ",") + row.get_text(4);
   }
-  if (primary != "stream_id") {
-    // Rebuilt in place, writes allowed meanwhile. event_id stays unique through its own index.
-    conn.execute("ALTER TABLE " + table + " ADD UNIQUE INDEX IF NOT EXISTS " +
-                 derived_name(table, "_event_id") + " (event_id)" +
-                 (primary.empty() ? "" : ", DROP PRIMARY KEY") + ", ADD PRIMARY KEY (stream_id)");
+  const auto primary = indexes.find("PRIMARY");
+  const bool keyed = primary != indexes.end() && primary->second.second == "stream_id";
+  // A unique index of event_id alone other than the primary key, which is about to go.
+  const bool unique_ids = std::any_of(indexes.begin(), indexes.end(), [](const auto& index) {
+    return index.first != "PRIMARY" && index.second.first && index.second.second == "event_id";
+  });
+  const std::string event_index = derived_name(table, "_event_id");
+  std::string alter;
+  if (!unique_ids) {
+    // An index of that name that is not the unique one (a user's) makes way for it.
+    if (indexes.count(event_index) != 0) {
+      alter += ", DROP INDEX " + event_index;
+    }
+    alter += ", ADD UNIQUE INDEX " + event_index + " (event_id)";
+  }
+  if (!keyed) {
+    alter += std::string(primary != indexes.end() ? ", DROP PRIMARY KEY" : "") +
+             ", ADD PRIMARY KEY (stream_id)";
+  }
+  if (!alter.empty()) {
+    // Rebuilt in place, writes allowed meanwhile.
+    conn.execute("ALTER TABLE " + table + " " + alter.substr(2));
   }
   // The key the stream schema gave stream_id before it was the primary key.
   conn.execute("ALTER TABLE " + table + " DROP INDEX IF EXISTS " +
@@ -273,9 +293,13 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
   return in_own_transaction(conn, [&] {
     // Lock and read the oldest claimable rows, skipping rows other nodes hold locked right now;
     // no UPDATE … RETURNING here, so the rows are read as they are locked rather than again
-    // after the UPDATE, and the UPDATE finds them by primary key (stream_id, the last column).
+    // after the UPDATE, which finds them by primary key (stream_id) and stamps the claim time
+    // read with them (the last two columns), so the rows returned hold what the table holds.
     auto pick = statement();
-    pick.sql("SELECT " + columns() + ", stream_id FROM " + table());
+    pick.sql("SELECT " + columns() +
+             ", stream_id, TIMESTAMPDIFF(MICROSECOND, TIMESTAMP'1970-01-01 00:00:00', ")
+        .now(now)
+        .sql(") FROM " + table());
     where_due(pick, now, skip_recent);
     claimable(pick, owner, now, lock_timeout, after);
     oldest_first(pick, limit);
@@ -283,16 +307,17 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
     const auto rows = pick.query(conn);
     std::vector<OutboxEvent> events = internal::events_from_rows(rows);
     if (!events.empty()) {
+      const Timestamp claimed_at = from_micros(rows[0].get_int(rows[0].size() - 1));
       auto stamp = statement();
       stamp.sql("UPDATE " + table() + " SET locked_by = ")
           .param(sql::TextRef{owner})
           .sql(", locked_at = ")
-          .now(now)
+          .at(claimed_at)
           .sql(" WHERE stream_id IN (");
       for (std::size_t i = 0; i < rows.size(); ++i) {
-        stamp.sql(i == 0 ? "" : ",").param(rows[i].get_int(rows[i].size() - 1));
+        stamp.sql(i == 0 ? "" : ",").param(rows[i].get_int(rows[i].size() - 2));
         events[i].locked_by = std::string(owner);
-        events[i].locked_at = now;
+        events[i].locked_at = claimed_at;
       }
       stamp.sql(")").execute(conn);
     }

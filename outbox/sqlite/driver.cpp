@@ -8,6 +8,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -48,6 +50,9 @@ class SqliteConnection final : public sql::Connection {
 
   std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
     track_statement(sql);
+    if (params.empty() && has_second_statement(sql)) {
+      return execute_script(sql);
+    }
     Statement st(*this, sql, params);
     GateForStatement gate(*this, st.stmt);
     for (;;) {
@@ -88,17 +93,14 @@ class SqliteConnection final : public sql::Connection {
 
   void begin() override {
     reset_suspect();
+    const SettleGate settle{*this};
     take_gate();
-    try {
-      simple("BEGIN IMMEDIATE");
-    } catch (...) {
-      release_gate();
-      throw;
-    }
+    simple("BEGIN IMMEDIATE");
     begun_ = true;
     ended_by_error_ = false;
   }
   void commit() override {
+    const SettleGate settle{*this};
     const bool begun = std::exchange(begun_, false);
     if (begun && sqlite3_get_autocommit(db_) != 0) {
       throw StoreError(ended_by_error_
@@ -109,9 +111,9 @@ class SqliteConnection final : public sql::Connection {
                              "autocommitted");
     }
     simple("COMMIT");
-    release_gate();
   }
   void rollback() override {
+    const SettleGate settle{*this};
     const bool begun = std::exchange(begun_, false);
     if (begun && sqlite3_get_autocommit(db_) != 0) {
       if (ended_by_error_) {
@@ -121,10 +123,6 @@ class SqliteConnection final : public sql::Connection {
           "sqlite: ROLLBACK impossible: the transaction had already been committed through the "
           "connection");
     }
-    struct Release {
-      SqliteConnection& c;
-      ~Release() { c.release_gate(); }
-    } release{*this};
     simple("ROLLBACK");
   }
   bool in_transaction() const override { return sqlite3_get_autocommit(db_) == 0; }
@@ -141,11 +139,13 @@ class SqliteConnection final : public sql::Connection {
   void set_write_gate(std::shared_ptr<WriteGate> gate) { gate_ = std::move(gate); }
 
  private:
-  // Waits no longer than the busy timeout (SQLite's own wait then follows): a thread that opens
-  // a second write transaction while it holds one fails as it did without the gate. A thread
-  // that holds the gate already (through another connection) does not wait for itself.
+  // The gate's wait counts against the busy timeout: SQLite's own wait after it gets only what
+  // is left, so a statement gives up when it did without the gate. A thread that holds the gate
+  // already (through another connection) does not wait for itself: the second write transaction
+  // fails as it did without the gate.
   void take_gate() {
     if (gate_ && !holding_gate_ && gate_->owner.load() != std::this_thread::get_id()) {
+      waiting_since_ = std::chrono::steady_clock::now();
       holding_gate_ = gate_->mutex.try_lock_for(busy_timeout_);
       if (holding_gate_) {
         gate_->owner = std::this_thread::get_id();
@@ -159,24 +159,59 @@ class SqliteConnection final : public sql::Connection {
       gate_->mutex.unlock();
     }
   }
+  // Whatever ended the transaction (COMMIT, ROLLBACK, or SQLite rolling it back after an error),
+  // the gate goes with it; the wait just spent no longer counts.
+  struct SettleGate {
+    SqliteConnection& c;
+    ~SettleGate() {
+      c.waiting_since_.reset();
+      if (sqlite3_get_autocommit(c.db_) != 0) {
+        c.release_gate();
+      }
+    }
+  };
   // An autocommitted write (not a read) takes the gate for its own run.
   struct GateForStatement {
-    GateForStatement(SqliteConnection& c, sqlite3_stmt* stmt)
-        : conn(c.gate_ && sqlite3_get_autocommit(c.db_) != 0 && !c.holding_gate_ &&
-                       sqlite3_stmt_readonly(stmt) == 0
-                   ? &c
-                   : nullptr) {
-      if (conn) {
-        conn->take_gate();
+    GateForStatement(SqliteConnection& c, sqlite3_stmt* stmt) : settle{c} {
+      if (c.gate_ && sqlite3_get_autocommit(c.db_) != 0 && !c.holding_gate_ &&
+          sqlite3_stmt_readonly(stmt) == 0) {
+        c.take_gate();
       }
     }
-    ~GateForStatement() {
-      if (conn) {
-        conn->release_gate();
-      }
-    }
-    SqliteConnection* conn;
+    SettleGate settle;
   };
+
+  // True when `sql` holds a statement after its first (comments and blanks aside).
+  bool has_second_statement(std::string_view sql) {
+    if (sql.find(';') == std::string_view::npos) {
+      return false;
+    }
+    sqlite3_stmt* first = nullptr;
+    const char* tail = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &first, &tail) !=
+        SQLITE_OK) {
+      sqlite3_finalize(first);
+      return false;  // the cached path reports the error
+    }
+    sqlite3_finalize(first);
+    const std::string_view rest(tail, static_cast<std::size_t>(sql.data() + sql.size() - tail));
+    sqlite3_stmt* second = nullptr;
+    const bool more = sqlite3_prepare_v2(db_, rest.data(), static_cast<int>(rest.size()), &second,
+                                         nullptr) != SQLITE_OK ||
+                      second != nullptr;
+    sqlite3_finalize(second);
+    return more;
+  }
+
+  // Several statements without parameters (a migration, a script): run one after the other.
+  std::int64_t execute_script(std::string_view sql) {
+    const SettleGate settle{*this};
+    if (sqlite3_get_autocommit(db_) != 0) {
+      take_gate();
+    }
+    simple(std::string(sql).c_str());
+    return sqlite3_changes64(db_);
+  }
 
   // A cached statement bound for one call; reset (and unbound) when it goes out of scope.
   struct Statement {
@@ -323,7 +358,7 @@ class SqliteConnection final : public sql::Connection {
     auto* c = static_cast<SqliteConnection*>(self);
     const auto now = std::chrono::steady_clock::now();
     if (count == 0) {
-      c->busy_since_ = now;
+      c->busy_since_ = c->waiting_since_.value_or(now);
     } else if (now - c->busy_since_ >= c->busy_timeout_) {
       return 0;  // give up: the statement fails with SQLITE_BUSY
     }
@@ -337,6 +372,7 @@ class SqliteConnection final : public sql::Connection {
   bool owned_;
   std::shared_ptr<WriteGate> gate_;
   bool holding_gate_ = false;
+  std::optional<std::chrono::steady_clock::time_point> waiting_since_;  // for the gate, then SQLite
   bool begun_ = false;           // between begin() and commit()/rollback()
   bool ended_by_error_ = false;  // SQLite rolled back the transaction begun here
   std::chrono::milliseconds busy_timeout_{0};

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <future>
 #include <thread>
 
 #include "outbox/errors.hpp"
@@ -116,6 +117,56 @@ std::uintmax_t file_size_or_zero(const std::string& path) {
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   return ec ? 0 : size;
+}
+
+TEST(SqliteDriver, ParameterlessTextRunsEveryStatementItHolds) {
+  outbox::testing::TempDir dir;
+  auto pool = outbox::sqlite::make_pool(dir.file("script.db"), 2);
+  auto conn = pool->acquire();
+  conn->execute("CREATE TABLE a (x INTEGER); -- one\nCREATE TABLE b (y INTEGER);\n");
+  conn->execute("INSERT INTO a VALUES (1); INSERT INTO b VALUES (2)");
+  EXPECT_EQ(conn->query("SELECT (SELECT x FROM a) + (SELECT y FROM b)")[0].get_int(0), 3);
+  EXPECT_THROW(conn->execute("INSERT INTO a VALUES (3); INSERT INTO nowhere VALUES (4)"),
+               outbox::StoreError);
+}
+
+// Found by a hostile round: a transaction SQLite ended by itself (a conflict clause that rolls
+// back, a full disk) kept the pool's write gate, and every other writer then waited the whole
+// busy timeout for it.
+TEST(SqliteDriver, ATransactionSqliteRolledBackItselfLetsTheOtherWritersThrough) {
+  outbox::testing::TempDir dir;
+  outbox::sqlite::OpenOptions options;
+  options.busy_timeout = std::chrono::minutes(5);  // a held gate would outlast the test's wait
+  auto pool = outbox::sqlite::make_pool(dir.file("gate.db"), 4, options);
+  pool->acquire()->execute("CREATE TABLE t (id INTEGER PRIMARY KEY ON CONFLICT ROLLBACK)");
+  const auto write_elsewhere = [&](std::int64_t id) {
+    auto done = std::async(std::launch::async, [&, id] {
+      auto other = pool->acquire();
+      other->begin();
+      other->execute("INSERT INTO t VALUES (?)", {id});
+      other->commit();
+      pool->acquire()->execute("INSERT INTO t VALUES (?)", {id + 1});  // autocommitted
+    });
+    EXPECT_TRUE(outbox::testing::wait_until(
+        [&] { return done.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }));
+    done.get();
+  };
+  for (const bool report : {false, true}) {
+    {
+      auto conn = pool->acquire();
+      conn->begin();
+      conn->execute("INSERT INTO t VALUES (1)");
+      EXPECT_THROW(conn->execute("INSERT INTO t VALUES (1)"), outbox::StoreError);
+      ASSERT_FALSE(conn->in_transaction());  // SQLite rolled it back
+      if (report) {
+        EXPECT_THROW(conn->commit(), outbox::StoreError);
+      } else {
+        conn->rollback();
+      }
+    }
+    write_elsewhere(report ? 20 : 10);
+  }
+  EXPECT_EQ(pool->acquire()->query("SELECT count(*) FROM t")[0].get_int(0), 4);
 }
 
 TEST(SqliteDriver, TheWalIsCheckpointedBackWhileReadersNeverPause) {
