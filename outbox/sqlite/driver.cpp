@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -22,10 +21,39 @@ namespace {
 
 // SQLite has one write lock per database and its waiters poll for it (the busy handler sleeps
 // between tries), so the lock sits free while they sleep. The connections of one pool queue on
-// this mutex first: the next writer of the process gets the lock as soon as it is released.
-struct WriteGate {
-  std::timed_mutex mutex;
-  std::atomic<std::thread::id> owner;  // the thread holding mutex, for take_gate's check
+// here first: the next writer of the process gets the lock as soon as it is released.
+class WriteGate {
+ public:
+  // False when the gate stayed taken for `timeout`; a thread that holds it already never waits.
+  bool take(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    const auto me = std::this_thread::get_id();
+    if (held_ && owner_ == me) {
+      return false;  // held through another connection: that one releases it
+    }
+    if (!freed_.wait_for(lock, timeout, [&] { return !held_; })) {
+      return false;
+    }
+    held_ = true;
+    owner_ = me;
+    return true;
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      held_ = false;
+      owner_ = std::thread::id();
+    }
+    freed_.notify_one();
+  }
+
+ private:
+  // A mutex and a condition rather than a timed_mutex: ThreadSanitizer does not see the lock
+  // pthread_mutex_clocklock takes, and reports every release as an unlock of an unlocked mutex.
+  std::mutex mutex_;
+  std::condition_variable freed_;
+  bool held_ = false;
+  std::thread::id owner_;
 };
 
 // Statements are cached per SQL text; past this many the cache is emptied (multi-row inserts of
@@ -144,19 +172,15 @@ class SqliteConnection final : public sql::Connection {
   // already (through another connection) does not wait for itself: the second write transaction
   // fails as it did without the gate.
   void take_gate() {
-    if (gate_ && !holding_gate_ && gate_->owner.load() != std::this_thread::get_id()) {
+    if (gate_ && !holding_gate_) {
       waiting_since_ = std::chrono::steady_clock::now();
-      holding_gate_ = gate_->mutex.try_lock_for(busy_timeout_);
-      if (holding_gate_) {
-        gate_->owner = std::this_thread::get_id();
-      }
+      holding_gate_ = gate_->take(busy_timeout_);
     }
   }
   void release_gate() {
     if (holding_gate_) {
       holding_gate_ = false;
-      gate_->owner = std::thread::id();
-      gate_->mutex.unlock();
+      gate_->release();
     }
   }
   // Whatever ended the transaction (COMMIT, ROLLBACK, or SQLite rolling it back after an error),
