@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <semaphore>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -26,34 +28,27 @@ class WriteGate {
  public:
   // False when the gate stayed taken for `timeout`; a thread that holds it already never waits.
   bool take(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mutex_);
-    const auto me = std::this_thread::get_id();
-    if (held_ && owner_ == me) {
+    if (owner_.load() == std::this_thread::get_id()) {
       return false;  // held through another connection: that one releases it
     }
-    if (!freed_.wait_for(lock, timeout, [&] { return !held_; })) {
+    if (!free_.try_acquire_for(timeout)) {
       return false;
     }
-    held_ = true;
-    owner_ = me;
+    owner_ = std::this_thread::get_id();
     return true;
   }
   void release() {
-    {
-      std::lock_guard lock(mutex_);
-      held_ = false;
-      owner_ = std::thread::id();
-    }
-    freed_.notify_one();
+    owner_ = std::thread::id();
+    free_.release();
   }
 
  private:
-  // A mutex and a condition rather than a timed_mutex: ThreadSanitizer does not see the lock
-  // pthread_mutex_clocklock takes, and reports every release as an unlock of an unlocked mutex.
-  std::mutex mutex_;
-  std::condition_variable freed_;
-  bool held_ = false;
-  std::thread::id owner_;
+  // A semaphore rather than a timed_mutex: ThreadSanitizer does not see the lock
+  // pthread_mutex_clocklock takes (it reported every release as an unlock of an unlocked mutex),
+  // and a mutex with a condition variable handed over a quarter slower (the business transaction
+  // alone, 4 writers: 42,500/s against 53,500–56,500/s with this).
+  std::binary_semaphore free_{1};
+  std::atomic<std::thread::id> owner_;
 };
 
 // Statements are cached per SQL text; past this many the cache is emptied (multi-row inserts of
