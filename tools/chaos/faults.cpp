@@ -123,6 +123,9 @@ void FaultInjector::inject(const std::string& kind) {
     ++applied_[kind];
     count_in_flight("");
     restart_database();
+    // Rows claimed while the server went down (after the count) whose acknowledgement then
+    // failed are still claimed now.
+    count_in_flight("");
   } else if (kind == "kill-connections") {
     if (t_.db.rfind("sqlite", 0) == 0) {
       return;
@@ -130,6 +133,9 @@ void FaultInjector::inject(const std::string& kind) {
     ++applied_[kind];
     count_in_flight("");
     kill_connections();
+    // The same for rows claimed while the harness connected and ended the sessions (a round
+    // once saw one duplicate over the bound counted before the kill alone).
+    count_in_flight("");
   } else if (kind.rfind("endpoint-", 0) == 0) {
     if (endpoint_faulty_) {
       return;
