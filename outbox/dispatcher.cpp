@@ -213,12 +213,11 @@ bool OutboxDispatcher::claim_lapsed(const QueuedEvent& event) const {
          std::chrono::steady_clock::now() - *event.claimed_at >= options_.claim_timeout / 2;
 }
 
-OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, bool reserved) {
-  const bool hot = event.source == QueuedEvent::Source::Hot;
+void OutboxDispatcher::prepare(QueuedEvent& event) const {
   event.batchable = false;
   event.batch_key = nullptr;
   if (options_.max_batch_size > 1) {
-    try {  // looked up here, outside the queue lock: it is the caller's code
+    try {
       event.batch_key =
           options_.listeners
               ->batch_listener_for(event.envelope.aggregate_type(), event.envelope.event_type())
@@ -229,43 +228,57 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, boo
       event.batch_key = nullptr;
     }
   }
+}
+
+OutboxDispatcher::EnqueueResult OutboxDispatcher::admit(QueuedEvent event, bool reserved) {
+  const bool hot = event.source == QueuedEvent::Source::Hot;
+  const std::string id = event.envelope.event_id();
+  if (reserved) {
+    event.claimed_at = ledger_->take_reservation(id);
+  }
+  const std::size_t capacity = hot ? options_.hot_queue_capacity : options_.cold_queue_capacity;
+  if (closing_ || queue_->size(event.source) >= capacity) {
+    if (reserved) {
+      ledger_->release(id);
+    }
+    return EnqueueResult::Refused;
+  }
+  if (!hot) {
+    switch (ledger_->check_cold(id, event.scan_token, event.envelope.message_group())) {
+      case internal::DeliveryLedger::ColdCheck::CompletedDuringScan:
+        return EnqueueResult::Duplicate;  // its row was read while still pending
+      case internal::DeliveryLedger::ColdCheck::ScanInvalidated:
+        // Read before an ordered drop: the head event is pending again and must come first;
+        // the next cycle reads from it.
+        return EnqueueResult::Refused;
+      case internal::DeliveryLedger::ColdCheck::Ok:
+        break;
+    }
+  }
+  if (!reserved && !ledger_->acquire(id)) {
+    return EnqueueResult::Duplicate;  // already queued or being processed here
+  }
+  if (event.partition && options_.max_concurrent_groups > 0) {
+    const std::string& group = event.envelope.message_group().value_or(std::string());
+    grouped_.emplace(id, std::make_pair(*event.partition, group));
+    ++partition_load_[*event.partition];
+    ++group_load_[group];
+  }
+  queue_->push(std::move(event));
+  return EnqueueResult::Queued;
+}
+
+OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, bool reserved) {
+  const bool hot = event.source == QueuedEvent::Source::Hot;
+  prepare(event);
   int hot_depth;
   int cold_depth;
   {
     std::lock_guard lock(queue_mutex_);
-    const std::string id = event.envelope.event_id();
-    if (reserved) {
-      event.claimed_at = ledger_->take_reservation(id);
+    const auto result = admit(std::move(event), reserved);
+    if (result != EnqueueResult::Queued) {
+      return result;
     }
-    const std::size_t capacity = hot ? options_.hot_queue_capacity : options_.cold_queue_capacity;
-    if (closing_ || queue_->size(event.source) >= capacity) {
-      if (reserved) {
-        ledger_->release(id);
-      }
-      return EnqueueResult::Refused;
-    }
-    if (!hot) {
-      switch (ledger_->check_cold(id, event.scan_token, event.envelope.message_group())) {
-        case internal::DeliveryLedger::ColdCheck::CompletedDuringScan:
-          return EnqueueResult::Duplicate;  // its row was read while still pending
-        case internal::DeliveryLedger::ColdCheck::ScanInvalidated:
-          // Read before an ordered drop: the head event is pending again and must come first;
-          // the next cycle reads from it.
-          return EnqueueResult::Refused;
-        case internal::DeliveryLedger::ColdCheck::Ok:
-          break;
-      }
-    }
-    if (!reserved && !ledger_->acquire(id)) {
-      return EnqueueResult::Duplicate;  // already queued or being processed here
-    }
-    if (event.partition && options_.max_concurrent_groups > 0) {
-      const std::string& group = event.envelope.message_group().value_or(std::string());
-      grouped_.emplace(id, std::make_pair(*event.partition, group));
-      ++partition_load_[*event.partition];
-      ++group_load_[group];
-    }
-    queue_->push(std::move(event));
     hot_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Hot));
     cold_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Cold));
   }
@@ -277,6 +290,46 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::enqueue(QueuedEvent event, boo
   }
   options_.metrics->record_queue_depths(hot_depth, cold_depth);
   return EnqueueResult::Queued;
+}
+
+OutboxDispatcher::BatchEnqueued OutboxDispatcher::enqueue_cold_all(
+    std::vector<QueuedEvent> events) {
+  for (auto& e : events) {
+    e.source = QueuedEvent::Source::Cold;
+    prepare(e);
+  }
+  BatchEnqueued done;
+  int hot_depth;
+  int cold_depth;
+  {
+    std::lock_guard lock(queue_mutex_);
+    for (auto& e : events) {
+      const auto result = admit(std::move(e), false);
+      if (result == EnqueueResult::Refused) {
+        break;
+      }
+      ++done.taken;
+      done.queued += result == EnqueueResult::Queued ? 1 : 0;
+    }
+    hot_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Hot));
+    cold_depth = static_cast<int>(queue_->size(QueuedEvent::Source::Cold));
+  }
+  // One wake-up per event queued, up to every worker: a poll cycle's rows reach the workers
+  // without a system call per row.
+  if (done.queued >= static_cast<std::size_t>(options_.worker_count)) {
+    work_ready_.notify_all();
+  } else {
+    for (std::size_t i = 0; i < done.queued; ++i) {
+      work_ready_.notify_one();
+    }
+  }
+  for (std::size_t i = 0; i < done.queued; ++i) {
+    options_.metrics->increment_cold_enqueued();
+  }
+  if (done.queued > 0) {
+    options_.metrics->record_queue_depths(hot_depth, cold_depth);
+  }
+  return done;
 }
 
 int OutboxDispatcher::in_memory() const {

@@ -152,6 +152,15 @@ class OutboxDispatcher {
   enum class EnqueueResult { Queued, Duplicate, Refused };
   /// enqueue_cold with the distinction between a new event and a duplicate.
   EnqueueResult try_enqueue_cold(QueuedEvent event);
+  /// What enqueue_cold_all did: events taken (queued or duplicates) before the first refusal,
+  /// and of those the ones queued.
+  struct BatchEnqueued {
+    std::size_t taken = 0;
+    std::size_t queued = 0;
+  };
+  /// try_enqueue_cold for each event in order under one lock hold, stopping at the first
+  /// refusal (it and the events after it stay in the table).
+  BatchEnqueued enqueue_cold_all(std::vector<QueuedEvent> events);
   /// Events queued (hot and cold) plus max_batch_size per worker: an upper bound of the events
   /// held here.
   int in_memory() const;
@@ -210,6 +219,10 @@ class OutboxDispatcher {
   bool claim_lapsed(const QueuedEvent& event) const;
   void drop_queued(const std::string& head_id);
   EnqueueResult enqueue(QueuedEvent event, bool reserved);
+  // Looks up the event's batch listener (the caller's code: called without the queue lock).
+  void prepare(QueuedEvent& event) const;
+  // Queues a prepared event (queue lock held).
+  EnqueueResult admit(QueuedEvent event, bool reserved);
 
   Options options_;
   mutable std::mutex queue_mutex_;  // guards queue_, ledger_, the flags and counters below

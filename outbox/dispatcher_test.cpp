@@ -223,6 +223,45 @@ TEST_F(DispatcherTest, FullQueueAndClosedDispatcherRefuse) {
   EXPECT_EQ(status("x2"), EventStatus::New);   // refused: left for the poller
 }
 
+TEST_F(DispatcherTest, ABatchOfPolledEventsIsTakenInOrderUntilTheQueueIsFull) {
+  Gate gate;
+  std::atomic<bool> blocked{false};
+  std::mutex m;
+  std::vector<std::string> delivered;
+  listeners->register_listener(EventType::of("Block"), [&](const EventEnvelope&) {
+    blocked = true;
+    gate.wait();
+  });
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope& e) {
+    std::lock_guard lock(m);
+    delivered.push_back(e.event_id());
+  });
+  auto o = options();
+  o.worker_count = 1;
+  o.cold_queue_capacity = 3;
+  OutboxDispatcher d(o);
+  d.start();
+  const auto running = committed("Block", "b");
+  d.enqueue_hot(queued(running));
+  ASSERT_TRUE(wait_until([&] { return blocked.load(); }));
+  std::vector<QueuedEvent> batch;
+  for (const char* id : {"c0", "c1", "b", "c2", "c3", "c4"}) {
+    batch.push_back(queued(std::string(id) == "b" ? running : committed("A", id)));
+  }
+  // "b" runs already: taken as a duplicate; the queue holds three, so c3 is refused and c4 is
+  // not looked at.
+  const auto r = d.enqueue_cold_all(std::move(batch));
+  EXPECT_EQ(r.taken, 4u);
+  EXPECT_EQ(r.queued, 3u);
+  EXPECT_EQ(d.cold_queue_remaining_capacity(), 0);
+  gate.open();
+  d.close();
+  EXPECT_EQ(delivered, (std::vector<std::string>{"c0", "c1", "c2"}));
+  EXPECT_EQ(status("c3"), EventStatus::New);  // refused: left for the poller
+  EXPECT_EQ(status("c4"), EventStatus::New);
+  EXPECT_EQ(metrics->snapshot().cold_enqueued, 3);
+}
+
 TEST_F(DispatcherTest, CloseDrainsQueuedEvents) {
   std::atomic<int> calls{0};
   listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });

@@ -17,6 +17,8 @@ namespace outbox {
 namespace {
 
 constexpr std::chrono::milliseconds kNoCapacityRetryMax{100};
+// Rows decoded before they are handed over together.
+constexpr std::size_t kHandOverChunk = 64;
 
 }  // namespace
 
@@ -43,6 +45,42 @@ bool DispatcherPollerHandler::handle_grouped(const EventEnvelope& event, int att
     ++queued_;
   }
   return r != OutboxDispatcher::EnqueueResult::Refused;
+}
+
+std::size_t OutboxPollerHandler::handle_all(std::vector<ClaimedEvent> events) {
+  std::size_t taken = 0;
+  for (const auto& e : events) {
+    const bool ok = e.partition < 0 ? handle(e.envelope, e.attempts)
+                                    : handle_grouped(e.envelope, e.attempts, e.partition);
+    if (!ok) {
+      break;
+    }
+    ++taken;
+  }
+  return taken;
+}
+
+std::size_t DispatcherPollerHandler::handle_all(std::vector<ClaimedEvent> events) {
+  std::chrono::steady_clock::time_point started;
+  std::uint64_t token;
+  {
+    std::lock_guard lock(mutex_);
+    started = cycle_started_;
+    token = scan_token_;
+  }
+  std::vector<QueuedEvent> queued;
+  queued.reserve(events.size());
+  for (auto& e : events) {
+    queued.push_back(
+        QueuedEvent{std::move(e.envelope), QueuedEvent::Source::Cold, e.attempts, started, token});
+    if (e.partition >= 0) {
+      queued.back().partition = e.partition;
+    }
+  }
+  const auto r = dispatcher_.enqueue_cold_all(std::move(queued));
+  std::lock_guard lock(mutex_);
+  queued_ += static_cast<int>(r.queued);
+  return r.taken;
 }
 
 int DispatcherPollerHandler::available_capacity() const {
@@ -256,7 +294,27 @@ int OutboxPoller::poll() {
       options_.metrics->record_oldest_lag_ms(lag_ms);
     }
     const OutboxEvent* passed = nullptr;  // the last row handed over or settled
+    const OutboxEvent* seen = nullptr;    // the last row decoded or settled
     bool refused = false;
+    // Decoded rows go over in chunks: one lock hold and a few wake-ups per chunk instead of per
+    // row, while the workers already run the chunks before.
+    std::vector<ClaimedEvent> chunk;
+    std::vector<const OutboxEvent*> before;  // per chunk row: the row read just before it
+    const auto hand_over = [&] {
+      const std::size_t n = chunk.size();
+      const std::size_t taken = n == 0 ? 0 : handler.handle_all(std::move(chunk));
+      handed += static_cast<int>(taken);
+      if (taken < n) {
+        // Queue full: the rows from the refused one on stay pending (claimed rows until lock
+        // expiry); rows after it that did not decode are settled all the same.
+        refused = true;
+        passed = before[taken];
+      } else {
+        passed = seen;
+      }
+      chunk.clear();
+      before.clear();
+    };
     for (const auto& row : rows) {
       std::optional<EventEnvelope> envelope;
       try {
@@ -267,15 +325,21 @@ int OutboxPoller::poll() {
                                  " cannot be decoded, marking DEAD: " + e.what());
         options_.store->mark_dead(*conn, row.event_id, now, error, false, owner_);
         options_.metrics->increment_dispatch_dead();
-        passed = &row;
+        seen = &row;
         continue;
       }
-      if (!handler.handle(*envelope, row.attempts)) {
-        refused = true;
-        break;  // queue full: the remaining rows stay pending (claimed rows until lock expiry)
+      before.push_back(seen);
+      chunk.push_back(ClaimedEvent{std::move(*envelope), row.attempts, -1});
+      seen = &row;
+      if (chunk.size() >= kHandOverChunk) {
+        hand_over();
+        if (refused) {
+          break;
+        }
       }
-      passed = &row;
-      ++handed;
+    }
+    if (!refused) {
+      hand_over();
     }
     // Resume after the last row passed while pages are full or the queue refused; a short page
     // means the end was reached, so the next cycle starts from the head.
@@ -291,13 +355,11 @@ int OutboxPoller::poll() {
       if (room > 0) {
         auto grouped = options_.claim_groups(*conn, now, room);
         groups_left = grouped.more;
-        for (const auto& e : grouped.events) {
-          if (!handler.handle_grouped(e.envelope, e.attempts, e.partition)) {
-            refused = true;  // the rest stay claimed until their group is claimed again
-            break;
-          }
-          ++handed;
-        }
+        const std::size_t n = grouped.events.size();
+        const std::size_t taken = n == 0 ? 0 : handler.handle_all(std::move(grouped.events));
+        handed += static_cast<int>(taken);
+        // Refused: the rest stay claimed until their group is claimed again.
+        refused = taken < n;
       }
     }
     consecutive_failures_.store(0);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "outbox/clock.hpp"
 #include "outbox/envelope.hpp"
@@ -29,6 +30,14 @@ namespace internal {
 class PeriodicWorker;
 }
 
+/// One event a poll cycle hands over: claimed in a message group's `partition`, or (partition < 0)
+/// not in a message group.
+struct ClaimedEvent {
+  EventEnvelope envelope;
+  int attempts = 0;
+  int partition = 0;
+};
+
 /// Receives the events a poll cycle found. Implementations must be thread-safe.
 class OutboxPollerHandler {
  public:
@@ -39,6 +48,10 @@ class OutboxPollerHandler {
   virtual bool handle_grouped(const EventEnvelope& event, int attempts, int /*partition*/) {
     return handle(event, attempts);
   }
+  /// Takes events in order until one is refused; returns how many were taken. By default
+  /// handle_grouped (handle for partition < 0) one by one; a handler that can take many under
+  /// one lock overrides it (the poller hands rows over in chunks).
+  virtual std::size_t handle_all(std::vector<ClaimedEvent> events);
   /// How many events the handler can take now; the cycle is skipped at 0.
   virtual int available_capacity() const { return INT_MAX; }
   /// Called before the cycle's query and after its last handle().
@@ -59,6 +72,7 @@ class DispatcherPollerHandler final : public OutboxPollerHandler {
   explicit DispatcherPollerHandler(OutboxDispatcher& dispatcher) : dispatcher_(dispatcher) {}
   bool handle(const EventEnvelope& event, int attempts) override;
   bool handle_grouped(const EventEnvelope& event, int attempts, int partition) override;
+  std::size_t handle_all(std::vector<ClaimedEvent> events) override;
   int available_capacity() const override;
   void begin_cycle() override;
   void end_cycle() override;
@@ -79,13 +93,6 @@ struct ClaimLocking {
   static constexpr std::size_t kMaxOwnerBytes = 128;
   std::string owner;  ///< unique per process, at most kMaxOwnerBytes; empty = generated
   std::chrono::milliseconds lock_timeout{std::chrono::minutes(5)};  ///< > 0, <= kMaxDuration
-};
-
-/// One event of a message group claimed by a poll cycle.
-struct ClaimedEvent {
-  EventEnvelope envelope;
-  int attempts = 0;
-  int partition = 0;
 };
 
 /// What one cycle's claim of message groups got.

@@ -108,6 +108,50 @@ TEST_F(PollerTest, AfterARefusalTheNextPageStartsAtTheRefusedRow) {
   EXPECT_EQ(handler->ids, (std::vector<std::string>{"r1", "r2", "r3"}));
 }
 
+TEST_F(PollerTest, ARefusalInALaterChunkResumesAtTheRefusedRowPastUndecodableOnes) {
+  const auto id = [](int i) {
+    std::string n = std::to_string(i);
+    return "r" + std::string(3 - n.size(), '0') + n;
+  };
+  for (int i = 0; i < 150; ++i) {
+    insert(id(i), clock->now() - std::chrono::seconds(1000 - i));
+  }
+  // Rows another producer wrote with broken headers, one before the refusal and one after it,
+  // in the same hand-over chunk.
+  class BrokenHeaders final : public testing::ForwardingStore {
+   public:
+    using ForwardingStore::ForwardingStore;
+    std::vector<OutboxEvent> poll_pending(sql::Connection& c, Timestamp now,
+                                          std::chrono::microseconds skip, int limit,
+                                          const PendingKey* after) override {
+      auto rows = inner_->poll_pending(c, now, skip, limit, after);
+      for (auto& r : rows) {
+        if (r.event_id == "r070" || r.event_id == "r100") {
+          r.headers_json = "{";
+        }
+      }
+      return rows;
+    }
+  };
+  auto o = options();
+  o.store = std::make_shared<BrokenHeaders>(store);
+  o.batch_size = 150;
+  o.head_rescan_interval = std::chrono::hours(1);
+  OutboxPoller poller(o);
+  handler->stop_after = 99;  // r000–r069 and r071–r098 taken, r099 refused (queue full)
+  EXPECT_EQ(poller.poll(), 98);
+  EXPECT_EQ(handler->ids.back(), "r099");
+  EXPECT_EQ(row("r070")->status, EventStatus::Dead);
+  EXPECT_EQ(row("r100")->status, EventStatus::Dead);  // settled though read after the refusal
+  EXPECT_EQ(row("r099")->status, EventStatus::New);
+  handler->ids.clear();
+  handler->stop_after = INT_MAX;
+  poller.poll();
+  ASSERT_GE(handler->ids.size(), 2u);
+  EXPECT_EQ(handler->ids[0], "r099");
+  EXPECT_EQ(handler->ids[1], "r101");
+}
+
 TEST_F(PollerTest, HandsPendingRowsOverOldestFirstAndRecordsLag) {
   insert("b", clock->now() - 2s);
   insert("a", clock->now() - 3s);
