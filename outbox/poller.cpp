@@ -320,6 +320,12 @@ int OutboxPoller::poll() {
       try {
         envelope.emplace(to_envelope(row, *options_.json_codec));
       } catch (const std::exception& e) {
+        // What was decoded before it goes over first: a DEAD mark that fails must not hold it
+        // back (claimed rows would wait for their lock to expire).
+        hand_over();
+        if (refused) {
+          break;
+        }
         const std::string error = std::string("decode failure: ") + e.what();
         log(LogLevel::Error, "OutboxPoller: event " + row.event_id +
                                  " cannot be decoded, marking DEAD: " + e.what());

@@ -116,8 +116,7 @@ TEST_F(PollerTest, ARefusalInALaterChunkResumesAtTheRefusedRowPastUndecodableOne
   for (int i = 0; i < 150; ++i) {
     insert(id(i), clock->now() - std::chrono::seconds(1000 - i));
   }
-  // Rows another producer wrote with broken headers, one before the refusal and one after it,
-  // in the same hand-over chunk.
+  // Rows another producer wrote with broken headers, one before the refusal and one after it.
   class BrokenHeaders final : public testing::ForwardingStore {
    public:
     using ForwardingStore::ForwardingStore;
@@ -142,14 +141,48 @@ TEST_F(PollerTest, ARefusalInALaterChunkResumesAtTheRefusedRowPastUndecodableOne
   EXPECT_EQ(poller.poll(), 98);
   EXPECT_EQ(handler->ids.back(), "r099");
   EXPECT_EQ(row("r070")->status, EventStatus::Dead);
-  EXPECT_EQ(row("r100")->status, EventStatus::Dead);  // settled though read after the refusal
   EXPECT_EQ(row("r099")->status, EventStatus::New);
+  EXPECT_EQ(row("r100")->status, EventStatus::New);  // behind the refusal: not looked at yet
   handler->ids.clear();
   handler->stop_after = INT_MAX;
   poller.poll();
   ASSERT_GE(handler->ids.size(), 2u);
   EXPECT_EQ(handler->ids[0], "r099");
   EXPECT_EQ(handler->ids[1], "r101");
+  EXPECT_EQ(row("r100")->status, EventStatus::Dead);
+}
+
+TEST_F(PollerTest, AFailingDeadMarkDoesNotHoldBackTheRowsDecodedBeforeIt) {
+  for (int i = 0; i < 5; ++i) {
+    insert("g" + std::to_string(i), clock->now() - std::chrono::seconds(100 - i));
+  }
+  insert("bad", clock->now() - 50s);
+  insert("after", clock->now() - 40s);
+  class BrokenRowUnwritableDeadMark final : public testing::ForwardingStore {
+   public:
+    using ForwardingStore::ForwardingStore;
+    std::vector<OutboxEvent> poll_pending(sql::Connection& c, Timestamp now,
+                                          std::chrono::microseconds skip, int limit,
+                                          const PendingKey* after) override {
+      auto rows = inner_->poll_pending(c, now, skip, limit, after);
+      for (auto& r : rows) {
+        if (r.event_id == "bad") {
+          r.headers_json = "{";
+        }
+      }
+      return rows;
+    }
+    int mark_dead(sql::Connection&, std::string_view, Timestamp, std::string_view, bool,
+                  std::string_view) override {
+      throw StoreError("disk full");
+    }
+  };
+  auto o = options();
+  o.store = std::make_shared<BrokenRowUnwritableDeadMark>(store);
+  OutboxPoller poller(o);
+  poller.poll();  // the cycle fails at the DEAD mark, after handing over what came before
+  EXPECT_EQ(handler->ids, (std::vector<std::string>{"g0", "g1", "g2", "g3", "g4"}));
+  EXPECT_EQ(row("bad")->status, EventStatus::New);  // read again next cycle
 }
 
 TEST_F(PollerTest, HandsPendingRowsOverOldestFirstAndRecordsLag) {
