@@ -356,6 +356,26 @@ TEST_P(GroupOutbox, AFailingHeadBlocksOnlyItsGroupUntilAnOperatorRetriesIt) {
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
 
+// An outage blocks many groups at once (their heads fail for good): their due rows are more than
+// a cycle may claim, and the groups still flowing must not wait behind them.
+TEST_P(GroupOutbox, ManyBlockedGroupsDoNotHideTheGroupsThatCanMove) {
+  auto& a = node("node-a", GroupFailurePolicy::Block, 1);
+  fail_ = [](const EventEnvelope& e) { return e.message_group()->starts_with("stuck-"); };
+  a.outbox->start();
+  std::vector<std::string> stuck;
+  for (int g = 0; g < 40; ++g) {
+    stuck.push_back("stuck-" + std::to_string(g));
+  }
+  write_keys(a, stuck, 10, 4);  // 40 × 5 due rows claimable behind blocked heads; a cycle takes 100
+  auto conn = a.pool->acquire();
+  ASSERT_TRUE(wait_until([&] { return a.groups->stats(*conn).blocked == 40; }, 60s))
+      << a.groups->stats(*conn).blocked << " of 40 groups blocked";
+  write_groups(a, 20, 5, 2);
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(5) == 20; }, 60s))
+      << ledger_.complete_groups(5) << " of 20 flowing groups complete";
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+}
+
 // With a batch listener (a group's run in one call): an event it refuses stops only its own
 // group (blocked behind it, nothing after it delivered); the other groups go on in order.
 TEST_P(GroupOutbox, ABatchRefusalStopsOnlyItsOwnGroup) {

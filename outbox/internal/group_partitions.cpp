@@ -200,51 +200,79 @@ bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToke
 std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
                                                          const std::vector<GroupScanRow>& rows,
                                                          int limit, std::size_t& examined) {
-  std::vector<Pick> picks;
+  // The runs of the scan: one per group, in scan order. A key read in a partition that is not its
+  // own was numbered wrongly by its writer: its rows are moved to their partition (claimed from
+  // there later), never delivered from here.
+  struct Run {
+    std::size_t begin;
+    std::size_t end;
+    bool candidate;  // own, not busy here, head due
+  };
+  std::vector<Run> runs;
   std::vector<std::string> misplaced;
-  int wanted = 0;
-  examined = 0;
-  while (examined < rows.size() && wanted < limit) {
-    const auto& head = rows[examined];
-    // A key read in a partition that is not its own was numbered wrongly by its writer: its rows
-    // are moved to their partition (claimed from there later), never delivered from here.
+  for (std::size_t i = 0; i < rows.size();) {
+    const auto& head = rows[i];
+    std::size_t end = i;
+    while (end < rows.size() && rows[end].partition == head.partition &&
+           rows[end].message_group == head.message_group) {
+      ++end;
+    }
     const bool own = message_group_partition(head.message_group) == head.partition;
     if (!own) {
       misplaced.push_back(head.message_group);
     }
-    bool take = own && !dispatcher_->group_busy(head.message_group);
-    Pick p{head.partition, head.message_group, {}};
-    for (; examined < rows.size() && rows[examined].partition == head.partition &&
-           rows[examined].message_group == head.message_group;
-         ++examined) {
-      // A row not yet due (delayed, or a retry) holds back the rows behind it.
-      take = take && rows[examined].due && static_cast<int>(p.ids.size()) < options_.per_group &&
-             wanted < limit;
-      if (take) {
-        p.ids.push_back(rows[examined].event_id);
-        ++wanted;
-      }
-    }
-    if (!p.ids.empty()) {
-      picks.push_back(std::move(p));
-    }
+    runs.push_back({i, end, own && head.due && !dispatcher_->group_busy(head.message_group)});
+    i = end;
   }
   for (const auto& group : misplaced) {
     options_.store->repartition(conn, group);
   }
-  // Blocked groups, and groups with a row not yet given its partition (an outside writer left it
-  // NULL: that row may come before the head seen here), wait.
-  std::vector<std::string> groups;
-  for (const auto& p : picks) {
-    groups.push_back(p.group);
-  }
-  auto waiting = options_.store->blocked(conn, groups);
-  for (auto& g : options_.store->unassigned(conn, groups)) {
-    waiting.push_back(std::move(g));
-  }
-  if (!waiting.empty()) {
+  // Candidates are asked about in rounds of as many groups as rows are still wanted, and only the
+  // ones free to move count against the limit: blocked groups (many, after an outage) and groups
+  // with a row not yet given its partition (an outside writer left it NULL: that row may come
+  // before the head seen here) wait without taking the others' turn.
+  std::vector<Pick> picks;
+  int wanted = 0;
+  std::size_t next = 0;
+  examined = 0;
+  while (next < runs.size() && wanted < limit) {
+    std::vector<std::size_t> round;
+    std::vector<std::string> groups;
+    for (; next < runs.size() && static_cast<int>(round.size()) < limit - wanted; ++next) {
+      if (runs[next].candidate) {
+        round.push_back(next);
+        groups.push_back(rows[runs[next].begin].message_group);
+      }
+    }
+    auto waiting = options_.store->blocked(conn, groups);
+    for (auto& g : options_.store->unassigned(conn, groups)) {
+      waiting.push_back(std::move(g));
+    }
     const std::unordered_set<std::string> skip(waiting.begin(), waiting.end());
-    std::erase_if(picks, [&](const Pick& p) { return skip.contains(p.group); });
+    for (const std::size_t r : round) {
+      if (wanted >= limit) {
+        break;
+      }
+      const auto& run = runs[r];
+      examined = run.end;
+      const auto& group = rows[run.begin].message_group;
+      if (skip.contains(group)) {
+        continue;
+      }
+      Pick p{rows[run.begin].partition, group, {}};
+      // A row not yet due (delayed, or a retry) holds back the rows behind it.
+      for (std::size_t i = run.begin;
+           i < run.end && rows[i].due && static_cast<int>(p.ids.size()) < options_.per_group &&
+           wanted < limit;
+           ++i) {
+        p.ids.push_back(rows[i].event_id);
+        ++wanted;
+      }
+      picks.push_back(std::move(p));
+    }
+  }
+  if (wanted < limit) {
+    examined = rows.size();  // every row was looked at
   }
   return picks;
 }
