@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "outbox/change_watcher.hpp"
 #include "outbox/dispatcher.hpp"
 #include "outbox/errors.hpp"
@@ -33,6 +35,39 @@ class RecordingHandler final : public OutboxPollerHandler {
   int capacity = INT_MAX;
   int stop_after = INT_MAX;
   std::atomic<int> cycles{0};
+};
+
+// Rows another producer wrote with broken headers JSON (the ids given); with `dead_mark_fails` the
+// DEAD mark they get fails too (a full disk).
+class BrokenHeaders final : public testing::ForwardingStore {
+ public:
+  BrokenHeaders(std::shared_ptr<OutboxStore> inner, std::set<std::string> ids,
+                bool dead_mark_fails = false)
+      : ForwardingStore(std::move(inner)),
+        ids_(std::move(ids)),
+        dead_mark_fails_(dead_mark_fails) {}
+  std::vector<OutboxEvent> poll_pending(sql::Connection& c, Timestamp now,
+                                        std::chrono::microseconds skip, int limit,
+                                        const PendingKey* after) override {
+    auto rows = inner_->poll_pending(c, now, skip, limit, after);
+    for (auto& r : rows) {
+      if (ids_.contains(r.event_id)) {
+        r.headers_json = R"({"k": 42)";
+      }
+    }
+    return rows;
+  }
+  int mark_dead(sql::Connection& c, std::string_view id, Timestamp now, std::string_view e,
+                bool count, std::string_view o) override {
+    if (dead_mark_fails_) {
+      throw StoreError("disk full");
+    }
+    return inner_->mark_dead(c, id, now, e, count, o);
+  }
+
+ private:
+  std::set<std::string> ids_;
+  bool dead_mark_fails_;
 };
 
 class PollerTest : public testing::MemoryFixture {
@@ -116,24 +151,9 @@ TEST_F(PollerTest, ARefusalInALaterChunkResumesAtTheRefusedRowPastUndecodableOne
   for (int i = 0; i < 150; ++i) {
     insert(id(i), clock->now() - std::chrono::seconds(1000 - i));
   }
-  // Rows another producer wrote with broken headers, one before the refusal and one after it.
-  class BrokenHeaders final : public testing::ForwardingStore {
-   public:
-    using ForwardingStore::ForwardingStore;
-    std::vector<OutboxEvent> poll_pending(sql::Connection& c, Timestamp now,
-                                          std::chrono::microseconds skip, int limit,
-                                          const PendingKey* after) override {
-      auto rows = inner_->poll_pending(c, now, skip, limit, after);
-      for (auto& r : rows) {
-        if (r.event_id == "r070" || r.event_id == "r100") {
-          r.headers_json = "{";
-        }
-      }
-      return rows;
-    }
-  };
   auto o = options();
-  o.store = std::make_shared<BrokenHeaders>(store);
+  // Broken headers on a row before the refusal and one after it.
+  o.store = std::make_shared<BrokenHeaders>(store, std::set<std::string>{"r070", "r100"});
   o.batch_size = 150;
   o.head_rescan_interval = std::chrono::hours(1);
   OutboxPoller poller(o);
@@ -158,27 +178,8 @@ TEST_F(PollerTest, AFailingDeadMarkDoesNotHoldBackTheRowsDecodedBeforeIt) {
   }
   insert("bad", clock->now() - 50s);
   insert("after", clock->now() - 40s);
-  class BrokenRowUnwritableDeadMark final : public testing::ForwardingStore {
-   public:
-    using ForwardingStore::ForwardingStore;
-    std::vector<OutboxEvent> poll_pending(sql::Connection& c, Timestamp now,
-                                          std::chrono::microseconds skip, int limit,
-                                          const PendingKey* after) override {
-      auto rows = inner_->poll_pending(c, now, skip, limit, after);
-      for (auto& r : rows) {
-        if (r.event_id == "bad") {
-          r.headers_json = "{";
-        }
-      }
-      return rows;
-    }
-    int mark_dead(sql::Connection&, std::string_view, Timestamp, std::string_view, bool,
-                  std::string_view) override {
-      throw StoreError("disk full");
-    }
-  };
   auto o = options();
-  o.store = std::make_shared<BrokenRowUnwritableDeadMark>(store);
+  o.store = std::make_shared<BrokenHeaders>(store, std::set<std::string>{"bad"}, true);
   OutboxPoller poller(o);
   poller.poll();  // the cycle fails at the DEAD mark, after handing over what came before
   EXPECT_EQ(handler->ids, (std::vector<std::string>{"g0", "g1", "g2", "g3", "g4"}));
@@ -231,24 +232,8 @@ TEST_F(PollerTest, SkipRecentLeavesYoungRowsToTheHotPath) {
 TEST_F(PollerTest, UndecodableHeadersGoDeadWithTheError) {
   insert("good", clock->now() - 1s);
   insert("bad", clock->now() - 2s);
-  // A row whose headers another producer wrote as broken JSON.
-  class BrokenHeaders final : public testing::ForwardingStore {
-   public:
-    using ForwardingStore::ForwardingStore;
-    std::vector<OutboxEvent> poll_pending(sql::Connection& c, Timestamp now,
-                                          std::chrono::microseconds skip, int limit,
-                                          const PendingKey* after) override {
-      auto rows = inner_->poll_pending(c, now, skip, limit, after);
-      for (auto& r : rows) {
-        if (r.event_id == "bad") {
-          r.headers_json = R"({"k": 42)";
-        }
-      }
-      return rows;
-    }
-  };
   auto o = options();
-  o.store = std::make_shared<BrokenHeaders>(store);
+  o.store = std::make_shared<BrokenHeaders>(store, std::set<std::string>{"bad"});
   OutboxPoller p(o);
   EXPECT_EQ(p.poll(), 1);
   EXPECT_EQ(handler->ids, std::vector<std::string>{"good"});
