@@ -25,6 +25,8 @@ constexpr double kMaxRowsPerClaim = 20;
 constexpr int kAssignPerCycle = 500;
 // Cycles run at once after one that claimed nothing but read full pages.
 constexpr int kIdleFollowUps = 8;
+// Groups asked about (blocked? waiting for a partition?) at least per statement while picking.
+constexpr int kMinGroupsAsked = 128;
 
 }  // namespace
 
@@ -227,10 +229,11 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
   for (const auto& group : misplaced) {
     options_.store->repartition(conn, group);
   }
-  // Candidates are asked about in rounds of as many groups as rows are still wanted, and only the
-  // ones free to move count against the limit: blocked groups (many, after an outage) and groups
-  // with a row not yet given its partition (an outside writer left it NULL: that row may come
-  // before the head seen here) wait without taking the others' turn.
+  // Candidates are asked about in rounds of as many groups as rows are still wanted (at least
+  // kMinGroupsAsked, so a small room does not cost two statements per waiting group), and only
+  // the ones free to move count against the limit: blocked groups (many, after an outage) and
+  // groups with a row not yet given its partition (an outside writer left it NULL: that row may
+  // come before the head seen here) wait without taking the others' turn.
   std::vector<Pick> picks;
   int wanted = 0;
   std::size_t next = 0;
@@ -238,7 +241,8 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
   while (next < runs.size() && wanted < limit) {
     std::vector<std::size_t> round;
     std::vector<std::string> groups;
-    for (; next < runs.size() && static_cast<int>(round.size()) < limit - wanted; ++next) {
+    const auto asked = static_cast<std::size_t>(std::max(limit - wanted, kMinGroupsAsked));
+    for (; next < runs.size() && round.size() < asked; ++next) {
       if (runs[next].candidate) {
         round.push_back(next);
         groups.push_back(rows[runs[next].begin].message_group);
