@@ -306,7 +306,7 @@ int OutboxPoller::poll() {
       handed += static_cast<int>(taken);
       if (taken < n) {
         // Queue full: the rows from the refused one on stay pending (claimed rows until lock
-        // expiry); rows after it that did not decode are settled all the same.
+        // expiry).
         refused = true;
         passed = before[taken];
       } else {
