@@ -28,23 +28,9 @@ bool DispatcherPollerHandler::handle(const EventEnvelope& event, int attempts) {
 
 bool DispatcherPollerHandler::handle_grouped(const EventEnvelope& event, int attempts,
                                              int partition) {
-  std::chrono::steady_clock::time_point started;
-  std::uint64_t token;
-  {
-    std::lock_guard lock(mutex_);
-    started = cycle_started_;
-    token = scan_token_;
-  }
-  QueuedEvent queued{event, QueuedEvent::Source::Cold, attempts, started, token};
-  if (partition >= 0) {
-    queued.partition = partition;
-  }
-  const auto r = dispatcher_.try_enqueue_cold(std::move(queued));
-  if (r == OutboxDispatcher::EnqueueResult::Queued) {
-    std::lock_guard lock(mutex_);
-    ++queued_;
-  }
-  return r != OutboxDispatcher::EnqueueResult::Refused;
+  std::vector<ClaimedEvent> one;
+  one.push_back({event, attempts, partition});
+  return handle_all(std::move(one)) == 1;
 }
 
 std::size_t OutboxPollerHandler::handle_all(std::vector<ClaimedEvent> events) {
