@@ -308,7 +308,8 @@ Outbox Outbox::build(Options o, Mode mode) {
         .per_group = o.groups->per_group,
         .max_concurrent_groups = o.groups->max_concurrent_groups,
         .codec = o.poller.json_codec != nullptr ? o.poller.json_codec : &JsonCodec::default_codec(),
-        .on_failure = o.groups->on_failure});
+        .on_failure = o.groups->on_failure,
+        .clock = o.clock});
   }
   std::shared_ptr<WriterHook> hook;
   if (mode != Mode::WriterOnly) {
@@ -347,9 +348,8 @@ Outbox Outbox::build(Options o, Mode mode) {
       poller.active = holds_lease(*o.lease);
     }
     if (o.groups) {
-      poller.claim_groups = [groups = outbox.groups_.get()](sql::Connection& conn, Timestamp now,
-                                                            int limit) {
-        return groups->claim(conn, now, limit);
+      poller.claim_groups = [groups = outbox.groups_.get()](sql::Connection& conn, int limit) {
+        return groups->claim(conn, limit);
       };
     }
     outbox.poller_ = std::make_unique<OutboxPoller>(std::move(poller));

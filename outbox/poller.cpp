@@ -345,7 +345,7 @@ int OutboxPoller::poll() {
     if (options_.claim_groups && !refused) {
       const int room = std::min(handler.available_capacity(), options_.batch_size);
       if (room > 0) {
-        auto grouped = options_.claim_groups(*conn, now, room);
+        auto grouped = options_.claim_groups(*conn, room);
         groups_left = grouped.more;
         const std::size_t n = grouped.events.size();
         const std::size_t taken = n == 0 ? 0 : handler.handle_all(std::move(grouped.events));

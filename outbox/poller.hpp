@@ -125,8 +125,9 @@ class OutboxPoller {
     /// Message groups: called each cycle after the ungrouped rows with the room left (at most
     /// batch_size); returns the grouped events it claimed (decoded; rows that do not decode were
     /// settled by their group's failure policy), group by group in insert order, and whether
-    /// claimable rows were left behind (the next cycle then runs at once).
-    std::function<GroupClaim(sql::Connection& conn, Timestamp now, int limit)> claim_groups;
+    /// claimable rows were left behind (the next cycle then runs at once). It reads the time
+    /// itself, as it reads the rows: a row committed meanwhile is due, not passed over.
+    std::function<GroupClaim(sql::Connection& conn, int limit)> claim_groups;
     /// Wake-ups: a cycle runs at once on each of its hints and after it (re)connects; the
     /// interval stays the backstop. start() starts it, close() stops it.
     std::shared_ptr<ChangeWatcher> change_watcher;

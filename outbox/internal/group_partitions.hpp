@@ -36,6 +36,7 @@ class GroupPartitions {
     std::size_t max_concurrent_groups = 64;
     const JsonCodec* codec = nullptr;                                    ///< decodes claimed rows
     std::function<GroupFailurePolicy(const EventEnvelope&)> on_failure;  ///< default Block
+    std::shared_ptr<Clock> clock;  ///< default: Clock::system()
   };
   explicit GroupPartitions(Options options);
   ~GroupPartitions();
@@ -57,7 +58,8 @@ class GroupPartitions {
   bool held(int partition) const;
   /// The poller's claim: due group heads and up to per_group rows behind each, in the partitions
   /// held, at most `limit` rows; one bounded scan of every held partition and one fenced claim.
-  GroupClaim claim(sql::Connection& conn, Timestamp now, int limit);
+  /// Due means due when the scan starts (after this node's other statements of the cycle).
+  GroupClaim claim(sql::Connection& conn, int limit);
   /// A group stopped being held by the dispatcher: wakes the poller (its next events, or another
   /// group's now that there is room, may be claimed).
   void group_done();
@@ -70,16 +72,28 @@ class GroupPartitions {
     std::string group;
     std::vector<std::string> ids;
   };
+  // One group's rows in a scan (rows[begin, end), head first).
+  struct Run {
+    std::size_t begin;
+    std::size_t end;
+    bool candidate;        // its own partition, not busy here, head due
+    bool reached = false;  // looked at by pick: picked, or found blocked or waiting
+  };
   void balance();
-  // The partitions held and deliverable, from next_partition_ on, with their leases.
+  // The partitions held and deliverable, with their leases.
   std::vector<std::pair<int, LeaseToken>> held_partitions() const;
-  // Moves each scanned partition's cursor; true when a page came back full (rows left).
+  // The runs of a scan, in scan order; a group read in a partition that is not its own is
+  // repartitioned (and is no candidate).
+  std::vector<Run> runs_of(sql::Connection& conn, const std::vector<GroupScanRow>& rows);
+  // The due heads of candidate groups neither blocked nor waiting for a partition, oldest head
+  // first, and up to per_group rows behind each, at most `limit` rows; marks the runs reached.
+  std::vector<Pick> pick(sql::Connection& conn, const std::vector<GroupScanRow>& rows,
+                         std::vector<Run>& runs, int limit);
+  // Moves each scanned partition's cursor past what was looked at; true when a partition's page
+  // came back full and was looked at whole (rows left to read).
   bool advance_cursors(const std::vector<std::pair<int, LeaseToken>>& held,
-                       const std::vector<GroupScanRow>& rows, int per_partition);
-  // The due heads of groups neither busy here nor blocked nor waiting for a partition, and up
-  // to per_group rows behind each, at most `limit` rows; `examined`: rows looked at.
-  std::vector<Pick> pick(sql::Connection& conn, const std::vector<GroupScanRow>& rows, int limit,
-                         std::size_t& examined);
+                       const std::vector<GroupScanRow>& rows, const std::vector<Run>& runs,
+                       int per_partition);
   // Claimed rows as events; a row that does not decode is settled by its group's policy and,
   // unless it was skipped, the rest of its group is left for later.
   std::vector<ClaimedEvent> decode(sql::Connection& conn, const std::vector<OutboxEvent>& rows,
@@ -96,9 +110,8 @@ class GroupPartitions {
   std::function<void()> wake_;
   std::vector<std::unique_ptr<Partition>> partitions_;
   LeaseBalancer balancer_;  // the balancer thread's own
-  // The poller's own: where each partition's next scan resumes, and the next partition to read.
+  // The poller's own: where each partition's next scan resumes.
   std::array<std::string, kMessageGroupPartitions> cursors_;
-  int next_partition_ = 0;
   double rows_per_claim_ = 20;  // rows the recent scans read per row they could claim
   int idle_follow_ups_ = 0;     // cycles in a row that read full pages and claimed nothing
   bool followed_up_ = false;    // the last claim asked for the next cycle at once
