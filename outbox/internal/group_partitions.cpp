@@ -21,6 +21,8 @@ namespace {
 // blocked ones) costs at most that much of one cycle; the next cycle reads on from after it.
 constexpr int kMinScanBudget = 500;
 constexpr double kMaxRowsPerClaim = 20;
+// Rows a scan reads at most in all (unless per_group needs more): a few MiB and tens of ms.
+constexpr int kMaxScanRows = 65536;
 // Rows written without a partition (outside writers) assigned per cycle.
 constexpr int kAssignPerCycle = 500;
 // Cycles run at once after one that claimed nothing but read full pages.
@@ -83,6 +85,7 @@ GroupPartitions::GroupPartitions(Options options) : options_(std::move(options))
   for (int p = 0; p < kMessageGroupPartitions; ++p) {
     partitions_.push_back(std::make_unique<Partition>(*this, p));
   }
+  last_read_.fill(-1);
   thread_ = std::make_unique<PeriodicWorker>(
       "group partitions", [this] { balance(); },
       [this] { return std::max(std::chrono::milliseconds(50), options_.leases->ttl() / 5); });
@@ -231,12 +234,15 @@ bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToke
   bool full = false;
   for (const auto& [number, token] : held) {
     auto& cursor = cursors_[static_cast<std::size_t>(number)];
+    auto& last = last_read_[static_cast<std::size_t>(number)];
     const auto it = read.find(number);
     if (it == read.end()) {
       cursor.clear();
+      last = 0;
       continue;
     }
     const auto& r = it->second;
+    last = r.rows >= per_partition ? -1 : r.rows;
     if (r.stopped) {
       if (!r.passed.empty()) {
         cursor = r.passed;
@@ -311,6 +317,31 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
   return picks;
 }
 
+int GroupPartitions::page_size(const std::vector<std::pair<int, LeaseToken>>& held,
+                               int budget) const {
+  // The smallest page (a power of two: the scan's text, its limit inline, then repeats and is
+  // planned once) with which the held partitions would read the budget, judged by what each
+  // read last time: one read to its end gives what it had, one whose page came back full (or
+  // not read yet) may give a whole page. Rows piled up in a few partitions (many blocked or
+  // delayed groups, one huge group) are then read in a few cycles, not in pages of budget / 64.
+  // At most kMaxScanRows in all, should every partition have filled up since a quiet spell.
+  const auto smallest = std::bit_ceil(static_cast<unsigned>(options_.per_group + 1));
+  const auto largest =
+      std::max(smallest,
+               std::bit_floor(static_cast<unsigned>(kMaxScanRows / static_cast<int>(held.size()))));
+  for (auto page = smallest; page < largest; page *= 2) {
+    long long rows = 0;
+    for (const auto& [number, token] : held) {
+      const int last = last_read_[static_cast<std::size_t>(number)];
+      rows += last < 0 ? page : std::min<long long>(last, page);
+    }
+    if (rows >= budget) {
+      return static_cast<int>(page);
+    }
+  }
+  return static_cast<int>(largest);
+}
+
 GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   options_.store->assign_partitions(conn, kAssignPerCycle);
   // Enough work for the running groups and as many waiting their turn, no more: a group held
@@ -329,9 +360,7 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   }
   const int budget = std::max(
       kMinScanBudget, static_cast<int>(std::min(kMaxRowsPerClaim, rows_per_claim_ * 1.5) * limit));
-  // A power of two: the scan's text (its limit is inline) then repeats, and is planned once.
-  const int per_partition = static_cast<int>(std::bit_ceil(static_cast<unsigned>(
-      std::max(options_.per_group + 1, budget / static_cast<int>(held.size())))));
+  const int per_partition = page_size(held, budget);
   std::vector<GroupScanRange> ranges;
   for (const auto& [number, token] : held) {
     ranges.push_back({number, cursors_[static_cast<std::size_t>(number)], per_partition});

@@ -80,6 +80,8 @@ class GroupPartitions {
     bool reached = false;  // looked at by pick: picked, or found blocked or waiting
   };
   void balance();
+  // Rows per partition for the next scan of `held`, to read about `budget` rows in all.
+  int page_size(const std::vector<std::pair<int, LeaseToken>>& held, int budget) const;
   // The partitions held and deliverable, with their leases.
   std::vector<std::pair<int, LeaseToken>> held_partitions() const;
   // The runs of a scan, in scan order; a group read in a partition that is not its own is
@@ -89,8 +91,8 @@ class GroupPartitions {
   // first, and up to per_group rows behind each, at most `limit` rows; marks the runs reached.
   std::vector<Pick> pick(sql::Connection& conn, const std::vector<GroupScanRow>& rows,
                          std::vector<Run>& runs, int limit);
-  // Moves each scanned partition's cursor past what was looked at; true when a partition's page
-  // came back full and was looked at whole (rows left to read).
+  // Moves each scanned partition's cursor past what was looked at and notes what it read; true
+  // when a partition's page came back full and was looked at whole (rows left).
   bool advance_cursors(const std::vector<std::pair<int, LeaseToken>>& held,
                        const std::vector<GroupScanRow>& rows, const std::vector<Run>& runs,
                        int per_partition);
@@ -113,9 +115,11 @@ class GroupPartitions {
   // The poller's own: where each partition's next scan resumes.
   std::array<std::string, kMessageGroupPartitions> cursors_;
   double rows_per_claim_ = 20;  // rows the recent scans read per row they could claim
-  int idle_follow_ups_ = 0;     // cycles in a row that read full pages and claimed nothing
-  bool followed_up_ = false;    // the last claim asked for the next cycle at once
-  std::mutex stop_mutex_;       // guards started_, stopped_, released_
+  // Rows each partition's last scan read; -1: its page came back full, or not read yet.
+  std::array<int, kMessageGroupPartitions> last_read_{};
+  int idle_follow_ups_ = 0;   // cycles in a row that read full pages and claimed nothing
+  bool followed_up_ = false;  // the last claim asked for the next cycle at once
+  std::mutex stop_mutex_;     // guards started_, stopped_, released_
   bool started_ = false;
   bool stopped_ = false;
   bool released_ = false;
