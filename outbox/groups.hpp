@@ -45,8 +45,9 @@ struct GroupScanRow {
   std::string event_id;
   std::string message_group;
   int partition = 0;
-  bool due = false;      ///< available_at has passed
-  std::int64_t seq = 0;  ///< the row's place in write order (stream_seq; stream_id on MariaDB)
+  bool due = false;         ///< available_at has passed
+  std::int64_t seq = 0;     ///< the row's place in write order (stream_seq; stream_id on MariaDB)
+  std::int64_t due_at = 0;  ///< available_at, µs since the epoch (on the store's clock)
 };
 
 /// A group an operator may have to act on: blocked, or with a head that failed at least once.

@@ -440,6 +440,39 @@ TEST_P(GroupOutbox, GroupsAClaimHadNoRoomForAreNotPassedOver) {
   EXPECT_EQ(ledger_.started(), keys);
 }
 
+// 3,000 groups written first keep failing (retried every 20 ms, never blocked): their heads stay
+// the oldest written, but each is due again only after its backoff, so the groups written after
+// them get their turn. (Taking the oldest written head first, these took every cycle's room: none
+// of the new groups was delivered within 30 s.)
+TEST_P(GroupOutbox, OlderGroupsThatKeepFailingDoNotStarveTheGroupsWrittenAfterThem) {
+  auto& a = node("node-a", GroupFailurePolicy::Block, 1000000);
+  std::atomic<long> failures{0};
+  fail_ = [&](const EventEnvelope& e) {
+    if (e.message_group()->starts_with("failing-")) {
+      ++failures;
+      return true;
+    }
+    return false;
+  };
+  std::vector<std::string> failing;
+  std::vector<std::string> fresh;
+  for (int g = 0; g < 3000; ++g) {
+    failing.push_back("failing-" + std::to_string(g));
+  }
+  for (int g = 0; g < 10; ++g) {
+    fresh.push_back("fresh-" + std::to_string(g));
+  }
+  insert_rows(a, failing, 1);
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return failures.load() >= 6000; }, 60s));
+  insert_rows(a, fresh, 5);
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(5) == fresh.size(); }, 30s))
+      << ledger_.complete_groups(5) << " of 10 new groups complete, " << failures.load()
+      << " failures";
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+  a.outbox->close();  // before `failures` goes
+}
+
 // 600 groups whose heads are delayed by an hour (1,800 rows) pile up in one partition ahead, in
 // key order, of a healthy group. Read in pages of the cycle's budget (1,600 rows here) over the 64
 // partitions held, that is 57 cycles of 32 rows, 9 a poll interval: 6 s before the healthy group

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -218,6 +219,7 @@ bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToke
   // when its page came back full, and starts over when it came back short (read to its end).
   struct Read {
     int rows = 0;
+    int groups = 0;
     std::string passed;  // the last group the cursor passes
     bool stopped = false;
   };
@@ -225,6 +227,7 @@ bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToke
   for (const auto& run : runs) {
     auto& r = read[rows[run.begin].partition];
     r.rows += static_cast<int>(run.end - run.begin);
+    ++r.groups;
     if (r.stopped || (run.candidate && !run.reached)) {
       r.stopped = true;
       continue;
@@ -242,7 +245,9 @@ bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToke
       continue;
     }
     const auto& r = it->second;
-    last = r.rows >= per_partition ? -1 : r.rows;
+    // A full page of one group's rows: a larger one would read more of that group, of which a
+    // cycle takes per_group at most, before the next group's.
+    last = r.rows < per_partition ? r.rows : r.groups > 1 ? -1 : options_.per_group + 1;
     if (r.stopped) {
       if (!r.passed.empty()) {
         cursor = r.passed;
@@ -258,10 +263,12 @@ bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToke
 std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
                                                          const std::vector<GroupScanRow>& rows,
                                                          std::vector<Run>& runs, int limit) {
-  // Oldest head first, whatever its partition: groups written together then run together, so a
-  // claim and its DONE marks touch rows that share pages (in key order they sat on a page each;
-  // SQLite's grouped drain went 19–22k → 30–31k events/s), and the groups waiting longest go
-  // first.
+  // The head due longest first, whatever its partition (then write order): groups written
+  // together then run together, so a claim and its DONE marks touch rows that share pages (in
+  // key order they sat on a page each; SQLite's grouped drain went 19–22k → 30–31k events/s), and
+  // the groups waiting longest go first. Due, not written: a head that failed is due again only
+  // after its backoff, so old groups that keep failing and retrying cannot take every cycle's
+  // room from the groups written after them.
   std::vector<std::size_t> order;
   for (std::size_t r = 0; r < runs.size(); ++r) {
     if (runs[r].candidate) {
@@ -269,7 +276,9 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
     }
   }
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return rows[runs[a].begin].seq < rows[runs[b].begin].seq;
+    const auto& x = rows[runs[a].begin];
+    const auto& y = rows[runs[b].begin];
+    return std::tie(x.due_at, x.seq) < std::tie(y.due_at, y.seq);
   });
   // Candidates are asked about in rounds of as many groups as rows are still wanted (at least
   // kMinGroupsAsked, so a small room does not cost two statements per waiting group), and only
@@ -320,10 +329,11 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
 int GroupPartitions::page_size(const std::vector<std::pair<int, LeaseToken>>& held,
                                int budget) const {
   // The smallest page (a power of two: the scan's text, its limit inline, then repeats and is
-  // planned once) with which the held partitions would read the budget, judged by what each
-  // read last time: one read to its end gives what it had, one whose page came back full (or
-  // not read yet) may give a whole page. Rows piled up in a few partitions (many blocked or
-  // delayed groups, one huge group) are then read in a few cycles, not in pages of budget / 64.
+  // planned once) with which the held partitions would read the budget, or all they hold, judged
+  // by what each read last time: one read to its end gives what it had, one whose page came back
+  // full of one group's rows per_group + 1, one whose page came back full of several groups (or
+  // not read yet) a whole page. Rows piled up in a few partitions (many blocked or delayed
+  // groups) are then read in a few cycles, not in pages of budget / 64.
   // At most kMaxScanRows in all, should every partition have filled up since a quiet spell.
   const auto smallest = std::bit_ceil(static_cast<unsigned>(options_.per_group + 1));
   const auto largest =
@@ -331,11 +341,13 @@ int GroupPartitions::page_size(const std::vector<std::pair<int, LeaseToken>>& he
                std::bit_floor(static_cast<unsigned>(kMaxScanRows / static_cast<int>(held.size()))));
   for (auto page = smallest; page < largest; page *= 2) {
     long long rows = 0;
+    bool grows = false;  // a larger page would read more
     for (const auto& [number, token] : held) {
       const int last = last_read_[static_cast<std::size_t>(number)];
       rows += last < 0 ? page : std::min<long long>(last, page);
+      grows = grows || last < 0 || last >= static_cast<int>(page);
     }
-    if (rows >= budget) {
+    if (rows >= budget || !grows) {
       return static_cast<int>(page);
     }
   }

@@ -164,8 +164,9 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
     }
     s.sql("SELECT * FROM (SELECT event_id, message_group, partition_no, CASE WHEN available_at <= ")
         .now(now)
-        .sql(" THEN 1 ELSE 0 END AS due, " + dialect_.group_order_column() + " AS seq FROM " +
-             table_ + " WHERE " + dialect_.group_pending_filter() + " AND partition_no = ")
+        .sql(" THEN 1 ELSE 0 END AS due, " + dialect_.group_order_column() + " AS seq, " +
+             dialect_.micros("available_at") + " AS due_at FROM " + table_ + " WHERE " +
+             dialect_.group_pending_filter() + " AND partition_no = ")
         .param(std::int64_t{r.partition})
         .sql(" AND message_group = '' ORDER BY " + dialect_.group_order_column() + " LIMIT " +
              std::to_string(std::max(1, r.limit)) + ") e");
@@ -176,8 +177,9 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
     s.sql(arm == 0 ? "SELECT * FROM (" : " UNION ALL SELECT * FROM (");
     s.sql("SELECT event_id, message_group, partition_no, CASE WHEN available_at <= ")
         .now(now)
-        .sql(" THEN 1 ELSE 0 END AS due, " + dialect_.group_order_column() + " AS seq FROM " +
-             table_ + " WHERE " + dialect_.group_pending_filter() + " AND partition_no = ")
+        .sql(" THEN 1 ELSE 0 END AS due, " + dialect_.group_order_column() + " AS seq, " +
+             dialect_.micros("available_at") + " AS due_at FROM " + table_ + " WHERE " +
+             dialect_.group_pending_filter() + " AND partition_no = ")
         .param(std::int64_t{r.partition})
         .sql(" AND message_group > ")
         .param(r.after_group);  // '' when none (empty keys: the arm above)
@@ -193,7 +195,8 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
                    .message_group = row.get_text(1),
                    .partition = static_cast<int>(row.get_int(2)),
                    .due = row.get_int(3) == 1,
-                   .seq = row.is_null(4) ? 0 : row.get_int(4)});
+                   .seq = row.is_null(4) ? 0 : row.get_int(4),
+                   .due_at = row.get_int(5)});
   }
   return out;
 }
