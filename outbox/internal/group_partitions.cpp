@@ -201,7 +201,8 @@ std::vector<GroupPartitions::Run> GroupPartitions::runs_of(sql::Connection& conn
     if (!own) {
       misplaced.push_back(head.message_group);
     }
-    runs.push_back({i, end, own && head.due && !dispatcher_->group_busy(head.message_group)});
+    const bool busy = dispatcher_->group_busy(head.message_group);
+    runs.push_back({.begin = i, .end = end, .candidate = own && head.due && !busy, .moving = busy});
     i = end;
   }
   for (const auto& group : misplaced) {
@@ -220,14 +221,15 @@ bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToke
   struct Read {
     int rows = 0;
     int groups = 0;
-    std::string passed;  // the last group the cursor passes
+    bool moving = false;  // its first group runs here or was just picked
+    std::string passed;   // the last group the cursor passes
     bool stopped = false;
   };
   std::unordered_map<int, Read> read;
   for (const auto& run : runs) {
     auto& r = read[rows[run.begin].partition];
     r.rows += static_cast<int>(run.end - run.begin);
-    ++r.groups;
+    r.moving = r.groups++ == 0 ? run.moving : r.moving;
     if (r.stopped || (run.candidate && !run.reached)) {
       r.stopped = true;
       continue;
@@ -245,9 +247,12 @@ bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToke
       continue;
     }
     const auto& r = it->second;
-    // A full page of one group's rows: a larger one would read more of that group, of which a
-    // cycle takes per_group at most, before the next group's.
-    last = r.rows < per_partition ? r.rows : r.groups > 1 ? -1 : options_.per_group + 1;
+    // A full page of the rows of one group that runs here (or was just picked): a larger one
+    // would read more of that group, of which a cycle takes per_group at most. One of a group
+    // that cannot move (delayed, blocked) may grow: the groups behind it are read sooner.
+    last = r.rows < per_partition      ? r.rows
+           : r.groups == 1 && r.moving ? options_.per_group + 1
+                                       : -1;
     if (r.stopped) {
       if (!r.passed.empty()) {
         cursor = r.passed;
@@ -320,6 +325,7 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
         p.ids.push_back(rows[i].event_id);
         ++wanted;
       }
+      run.moving = true;
       picks.push_back(std::move(p));
     }
   }

@@ -78,6 +78,7 @@ class GroupPartitions {
     std::size_t end;
     bool candidate;        // its own partition, not busy here, head due
     bool reached = false;  // looked at by pick: picked, or found blocked or waiting
+    bool moving = false;   // running here, or picked by this claim
   };
   void balance();
   // Rows per partition for the next scan of `held`, to read about `budget` rows in all.
