@@ -337,8 +337,8 @@ int GroupPartitions::page_size(const std::vector<std::pair<int, LeaseToken>>& he
   // The smallest page (a power of two: the scan's text, its limit inline, then repeats and is
   // planned once) with which the held partitions would read the budget, or all they hold, judged
   // by what each read last time: one read to its end gives what it had, one whose page came back
-  // full of one group's rows per_group + 1, one whose page came back full of several groups (or
-  // not read yet) a whole page. Rows piled up in a few partitions (many blocked or delayed
+  // full of the rows of one group running here per_group + 1, any other whose page came back
+  // full (or not read yet) a whole page. Rows piled up in a few partitions (many blocked or delayed
   // groups) are then read in a few cycles, not in pages of budget / 64.
   // At most kMaxScanRows in all, should every partition have filled up since a quiet spell.
   const auto smallest = std::bit_ceil(static_cast<unsigned>(options_.per_group + 1));
