@@ -88,8 +88,9 @@ class GroupPartitions {
   // The runs of a scan, in scan order; a group read in a partition that is not its own is
   // repartitioned (and is no candidate).
   std::vector<Run> runs_of(sql::Connection& conn, const std::vector<GroupScanRow>& rows);
-  // The due heads of candidate groups neither blocked nor waiting for a partition, oldest head
-  // first, and up to per_group rows behind each, at most `limit` rows; marks the runs reached.
+  // The due heads of candidate groups neither blocked nor waiting for a partition, the head due
+  // longest first, and up to per_group rows behind each, at most `limit` rows; marks the runs
+  // reached, and those picked moving.
   std::vector<Pick> pick(sql::Connection& conn, const std::vector<GroupScanRow>& rows,
                          std::vector<Run>& runs, int limit);
   // Moves each scanned partition's cursor past what was looked at and notes what it read; true
