@@ -737,6 +737,12 @@ bool OutboxDispatcher::apply_group_policy(const QueuedEvent& queued, const std::
   return go_on;
 }
 
+void OutboxDispatcher::write_done_marks(sql::Connection& conn) {
+  if (flusher_) {
+    flusher_->write_waiting(conn);
+  }
+}
+
 void OutboxDispatcher::on_done_batch(const std::vector<std::string>& ids, bool written) {
   for (const auto& id : ids) {
     finish(id);

@@ -26,8 +26,9 @@
 namespace outbox {
 
 namespace sql {
+class Connection;
 class ConnectionProvider;
-}
+}  // namespace sql
 class OutboxStore;
 class ListenerRegistry;
 class InFlightTracker;
@@ -180,6 +181,9 @@ class OutboxDispatcher {
   /// Message groups: groups running now, and the most ever running at once.
   std::size_t active_groups() const;
   std::size_t max_active_groups_seen() const;
+  /// Writes the DONE marks waiting for the flusher on `conn`, on the calling thread (a poller
+  /// about to claim: see internal::DoneFlusher::write_waiting). Never throws.
+  void write_done_marks(sql::Connection& conn);
   /// Marks the start of a poll cycle; returns a token for end_scan().
   std::uint64_t begin_scan();
   /// Ends the poll cycle started with `token`.

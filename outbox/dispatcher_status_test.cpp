@@ -7,6 +7,7 @@
 #include "outbox/errors.hpp"
 #include "outbox/interceptor.hpp"
 #include "outbox/metrics.hpp"
+#include "outbox/poller.hpp"
 #include "outbox/retry_policy.hpp"
 #include "tests/support/dispatcher_fixture.hpp"
 #include "tests/support/failing_store.hpp"
@@ -157,6 +158,34 @@ TEST_F(DispatcherTest, DoneMarksAreBatchedByWindowAndSizeAndFlushedOnClose) {
   EXPECT_EQ(status("w4"), EventStatus::New);
   d.close();  // writes the waiting mark
   EXPECT_EQ(status("w4"), EventStatus::Done);
+}
+
+TEST_F(DispatcherTest, APollCycleWritesTheWaitingDoneMarksOnItsConnectionBeforeItsQuery) {
+  // The poller takes the database's write lock for its claim anyway (SQLite has one): the marks
+  // go with it instead of waiting for the flusher's window (an hour here) or its full batch.
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
+  auto o = options();
+  o.done_batch_window = std::chrono::hours(1);
+  o.done_batch_max = 100;
+  OutboxDispatcher d(o);
+  d.start();
+  OutboxPoller poller({.connection_provider = pool,
+                       .store = store,
+                       .handler = std::make_shared<DispatcherPollerHandler>(d),
+                       .interval = std::chrono::hours(1),
+                       .claim_locking = ClaimLocking{"marks", std::chrono::hours(1)}});
+  d.enqueue_hot(queued(committed("A", "m1")));
+  d.enqueue_hot(queued(committed("A", "m2")));
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 2; }));
+  EXPECT_EQ(status("m1"), EventStatus::New);  // waiting for the window
+  EXPECT_EQ(poller.poll(), 0);                // nothing to claim: both are in flight here
+  EXPECT_EQ(count(EventStatus::Done), 2);
+  EXPECT_EQ(metrics->snapshot().dispatch_success, 2);
+  EXPECT_EQ(poller.poll(), 0);  // nothing waited: nothing written twice
+  EXPECT_EQ(metrics->snapshot().dispatch_success, 2);
+  poller.close();
+  d.close();
 }
 
 // Found breaking issue 11: a deadlock on a RETRY/DEAD write was taken for a refused value and the

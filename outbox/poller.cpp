@@ -6,6 +6,7 @@
 #include "outbox/change_watcher.hpp"
 #include "outbox/clock.hpp"
 #include "outbox/dispatcher.hpp"
+#include "outbox/internal/hand_over_stage.hpp"
 #include "outbox/internal/periodic_worker.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/log.hpp"
@@ -30,10 +31,11 @@ bool DispatcherPollerHandler::handle_grouped(const EventEnvelope& event, int att
                                              int partition) {
   std::vector<ClaimedEvent> one;
   one.push_back({event, attempts, partition});
-  return handle_all(std::move(one)) == 1;
+  PollCycle now{.started = std::chrono::steady_clock::now()};
+  return handle_all(std::move(one), now) == 1;
 }
 
-std::size_t OutboxPollerHandler::handle_all(std::vector<ClaimedEvent> events) {
+std::size_t OutboxPollerHandler::handle_all(std::vector<ClaimedEvent> events, PollCycle&) {
   std::size_t taken = 0;
   for (const auto& e : events) {
     const bool ok = e.partition < 0 ? handle(e.envelope, e.attempts)
@@ -46,26 +48,19 @@ std::size_t OutboxPollerHandler::handle_all(std::vector<ClaimedEvent> events) {
   return taken;
 }
 
-std::size_t DispatcherPollerHandler::handle_all(std::vector<ClaimedEvent> events) {
-  std::chrono::steady_clock::time_point started;
-  std::uint64_t token;
-  {
-    std::lock_guard lock(mutex_);
-    started = cycle_started_;
-    token = scan_token_;
-  }
+std::size_t DispatcherPollerHandler::handle_all(std::vector<ClaimedEvent> events,
+                                                PollCycle& cycle) {
   std::vector<QueuedEvent> queued;
   queued.reserve(events.size());
   for (auto& e : events) {
-    queued.push_back(
-        QueuedEvent{std::move(e.envelope), QueuedEvent::Source::Cold, e.attempts, started, token});
+    queued.push_back(QueuedEvent{std::move(e.envelope), QueuedEvent::Source::Cold, e.attempts,
+                                 cycle.started, cycle.scan_token});
     if (e.partition >= 0) {
       queued.back().partition = e.partition;
     }
   }
   const auto r = dispatcher_.enqueue_cold_all(std::move(queued));
-  std::lock_guard lock(mutex_);
-  queued_ += static_cast<int>(r.queued);
+  cycle.queued = cycle.queued.value_or(0) + static_cast<int>(r.queued);
   return r.taken;
 }
 
@@ -77,27 +72,25 @@ int DispatcherPollerHandler::in_flight() const {
   return dispatcher_.in_memory();
 }
 
-std::optional<int> DispatcherPollerHandler::new_in_cycle() const {
-  std::lock_guard lock(mutex_);
-  return queued_;
+void DispatcherPollerHandler::begin_cycle(PollCycle& cycle) {
+  cycle.scan_token = dispatcher_.begin_scan();
+  cycle.queued = 0;
 }
 
-void DispatcherPollerHandler::begin_cycle() {
-  const auto token = dispatcher_.begin_scan();
-  std::lock_guard lock(mutex_);
-  queued_ = 0;
-  // No later than the claims of this cycle: taken before the cycle's query runs.
-  cycle_started_ = std::chrono::steady_clock::now();
-  scan_token_ = token;
-}
-
-void DispatcherPollerHandler::end_cycle() {
-  std::uint64_t token;
-  {
-    std::lock_guard lock(mutex_);
-    token = scan_token_;
+void DispatcherPollerHandler::end_cycle(PollCycle& cycle) {
+  if (cycle.scan_token) {
+    dispatcher_.end_scan(*cycle.scan_token);
   }
-  dispatcher_.end_scan(token);
+}
+
+void DispatcherPollerHandler::before_query(sql::Connection& conn) {
+  // With one writer at a time the flusher would wait for the claim's lock and the claim for the
+  // marks': written here they need no hand-off of it (SQLite drain of 300,000 rows: 0.64–0.78 →
+  // 0.81–0.91 of the floor, with the staged hand-over). Where writers run side by side
+  // (PostgreSQL, MariaDB) the flusher's own thread is faster (−25 % here).
+  if (conn.single_writer()) {
+    dispatcher_.write_done_marks(conn);
+  }
 }
 
 OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {
@@ -156,8 +149,11 @@ OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {
   }
   // Waiting is the poller's behaviour; close() wakes it at once. A full batch means a backlog:
   // the next cycle runs without waiting.
+  if (options_.claim_locking && !options_.claim_groups) {
+    stage_ = std::make_unique<internal::HandOverStage>();
+  }
   worker_ = std::make_unique<internal::PeriodicWorker>(
-      "OutboxPoller", [this] { poll(); }, [this] { return next_wait(); });
+      "OutboxPoller", [this] { run_cycle(true); }, [this] { return next_wait(); });
 }
 
 OutboxPoller::~OutboxPoller() {
@@ -189,6 +185,9 @@ void OutboxPoller::close() {
     options_.change_watcher->close();  // before the worker: its hints wake the worker
   }
   worker_->close();
+  if (stage_) {
+    stage_->close();  // after the worker: nothing is submitted any more
+  }
 }
 
 std::chrono::milliseconds OutboxPoller::next_wait() const {
@@ -223,15 +222,85 @@ void OutboxPoller::wake() {
 }
 
 int OutboxPoller::poll() {
+  return run_cycle(false);
+}
+
+OutboxPoller::HandOver OutboxPoller::hand_over(const std::vector<OutboxEvent>& rows,
+                                               PollCycle& cycle, sql::Connection* conn,
+                                               Timestamp now) {
+  auto& handler = *options_.handler;
+  HandOver out;
+  const OutboxEvent* seen = nullptr;  // the last row decoded or settled
+  // Decoded rows go over in chunks: one lock hold and a few wake-ups per chunk instead of per
+  // row, while the workers already run the chunks before.
+  std::vector<ClaimedEvent> chunk;
+  std::vector<const OutboxEvent*> before;  // per chunk row: the row read just before it
+  const auto flush = [&] {
+    const std::size_t n = chunk.size();
+    const std::size_t taken = n == 0 ? 0 : handler.handle_all(std::move(chunk), cycle);
+    out.handed += static_cast<int>(taken);
+    if (taken < n) {
+      // Queue full: the rows from the refused one on stay pending (claimed rows until lock
+      // expiry).
+      out.refused = true;
+      out.passed = before[taken];
+    } else {
+      out.passed = seen;
+    }
+    chunk.clear();
+    before.clear();
+  };
+  std::optional<sql::PooledConnection> own;  // a staged hand-over settles on one of its own
+  for (const auto& row : rows) {
+    std::optional<EventEnvelope> envelope;
+    try {
+      envelope.emplace(to_envelope(row, *options_.json_codec));
+    } catch (const std::exception& e) {
+      // What was decoded before it goes over first: a DEAD mark that fails must not hold it
+      // back (claimed rows would wait for their lock to expire).
+      flush();
+      if (out.refused) {
+        break;
+      }
+      const std::string error = std::string("decode failure: ") + e.what();
+      log(LogLevel::Error,
+          "OutboxPoller: event " + row.event_id + " cannot be decoded, marking DEAD: " + e.what());
+      if (conn == nullptr) {
+        own.emplace(options_.connection_provider->acquire());
+        conn = &**own;
+      }
+      options_.store->mark_dead(*conn, row.event_id, now, error, false, owner_);
+      options_.metrics->increment_dispatch_dead();
+      seen = &row;
+      continue;
+    }
+    before.push_back(seen);
+    chunk.push_back(ClaimedEvent{std::move(*envelope), row.attempts, -1});
+    seen = &row;
+    if (chunk.size() >= kHandOverChunk) {
+      flush();
+      if (out.refused) {
+        break;
+      }
+    }
+  }
+  if (!out.refused) {
+    flush();
+  }
+  return out;
+}
+
+int OutboxPoller::run_cycle(bool background) {
   // After close() nothing is handed over: the handler (a closed dispatcher) may be gone.
   if (worker_->closed() || (options_.active && !options_.active())) {
     return 0;
   }
-  std::lock_guard cycle(cycle_mutex_);
+  std::lock_guard cycle_lock(cycle_mutex_);
   // A hint that comes during the cycle wakes the next one: the rows may not be in this one's read.
   const bool hinted = hinted_.exchange(false);
   auto& handler = *options_.handler;
-  const int capacity = handler.available_capacity();
+  // Rows of the cycle before still being handed over will take room too.
+  const int capacity = handler.available_capacity() - staged_rows_.load();
   if (capacity <= 0) {
     last_cycle_ = CycleResult::NoCapacity;
     completed_cycles_.fetch_add(1);
@@ -239,9 +308,17 @@ int OutboxPoller::poll() {
   }
   const int limit = std::min(capacity, options_.batch_size);
   int handed = 0;
-  handler.begin_cycle();
+  // In a background loop with claim locking, the cycle's rows are handed over by the stage while
+  // this thread runs the next cycle's statements: each claimed row is this node's alone, so the
+  // next claim needs nothing from the hand-over (and grouped claims, which do, are not staged).
+  const bool staged = background && stage_ && options_.claim_locking && !options_.claim_groups;
+  // No later than the cycle's claims: taken before its query (a claim's age is judged from it).
+  auto cycle = std::make_shared<PollCycle>(PollCycle{.started = std::chrono::steady_clock::now()});
+  handler.begin_cycle(*cycle);
   try {
-    auto conn = options_.connection_provider->acquire();
+    std::optional<sql::PooledConnection> held(options_.connection_provider->acquire());
+    sql::Connection* conn = &**held;
+    handler.before_query(*conn);
     const auto now = options_.clock->now();
     const auto steady_now = std::chrono::steady_clock::now();
     const bool from_head = !cursor_created_at_ || options_.head_rescan_interval.count() == 0 ||
@@ -279,65 +356,48 @@ int OutboxPoller::poll() {
     if (from_head) {  // a keyset page does not start at the oldest row
       options_.metrics->record_oldest_lag_ms(lag_ms);
     }
-    const OutboxEvent* passed = nullptr;  // the last row handed over or settled
-    const OutboxEvent* seen = nullptr;    // the last row decoded or settled
-    bool refused = false;
-    // Decoded rows go over in chunks: one lock hold and a few wake-ups per chunk instead of per
-    // row, while the workers already run the chunks before.
-    std::vector<ClaimedEvent> chunk;
-    std::vector<const OutboxEvent*> before;  // per chunk row: the row read just before it
-    const auto hand_over = [&] {
-      const std::size_t n = chunk.size();
-      const std::size_t taken = n == 0 ? 0 : handler.handle_all(std::move(chunk));
-      handed += static_cast<int>(taken);
-      if (taken < n) {
-        // Queue full: the rows from the refused one on stay pending (claimed rows until lock
-        // expiry).
-        refused = true;
-        passed = before[taken];
+    const bool full_page = static_cast<int>(rows.size()) >= requested;
+    if (staged && !rows.empty()) {  // an empty page is done here
+      // Claimed rows are locked by this node, so the next claim passes them whatever becomes of
+      // them: the next page starts after the last one claimed.
+      if (full_page) {
+        cursor_created_at_ = rows.back().created_at;
+        cursor_event_id_ = rows.back().event_id;
       } else {
-        passed = seen;
+        cursor_created_at_.reset();
       }
-      chunk.clear();
-      before.clear();
-    };
-    for (const auto& row : rows) {
-      std::optional<EventEnvelope> envelope;
-      try {
-        envelope.emplace(to_envelope(row, *options_.json_codec));
-      } catch (const std::exception& e) {
-        // What was decoded before it goes over first: a DEAD mark that fails must not hold it
-        // back (claimed rows would wait for their lock to expire).
-        hand_over();
-        if (refused) {
-          break;
+      const int claimed = static_cast<int>(rows.size());
+      consecutive_failures_.store(0);
+      last_cycle_ = claimed >= limit ? CycleResult::FullBatch : CycleResult::Partial;
+      idle_cycles_.store(0);
+      held.reset();  // the stage may need one to settle a row it cannot decode
+      staged_rows_.fetch_add(claimed);
+      auto page = std::make_shared<std::vector<OutboxEvent>>(std::move(rows));
+      const bool submitted = stage_->submit([this, page, cycle, claimed, now] {
+        try {
+          hand_over(*page, *cycle, nullptr, now);
+        } catch (const std::exception& e) {
+          // The rows after the one that failed stay claimed until their lock expires.
+          log(LogLevel::Error,
+              std::string("OutboxPoller: handing over a page failed: ") + e.what());
         }
-        const std::string error = std::string("decode failure: ") + e.what();
-        log(LogLevel::Error, "OutboxPoller: event " + row.event_id +
-                                 " cannot be decoded, marking DEAD: " + e.what());
-        options_.store->mark_dead(*conn, row.event_id, now, error, false, owner_);
-        options_.metrics->increment_dispatch_dead();
-        seen = &row;
-        continue;
+        staged_rows_.fetch_sub(claimed);
+        options_.handler->end_cycle(*cycle);
+        completed_cycles_.fetch_add(1);
+      });
+      if (!submitted) {
+        staged_rows_.fetch_sub(claimed);  // closed: the rows stay claimed until released
       }
-      before.push_back(seen);
-      chunk.push_back(ClaimedEvent{std::move(*envelope), row.attempts, -1});
-      seen = &row;
-      if (chunk.size() >= kHandOverChunk) {
-        hand_over();
-        if (refused) {
-          break;
-        }
-      }
+      return claimed;
     }
-    if (!refused) {
-      hand_over();
-    }
+    const auto result = hand_over(rows, *cycle, conn, now);
+    handed = result.handed;
+    bool refused = result.refused;
     // Resume after the last row passed while pages are full or the queue refused; a short page
     // means the end was reached, so the next cycle starts from the head.
-    if ((refused || static_cast<int>(rows.size()) >= requested) && passed != nullptr) {
-      cursor_created_at_ = passed->created_at;
-      cursor_event_id_ = passed->event_id;
+    if ((refused || full_page) && result.passed != nullptr) {
+      cursor_created_at_ = result.passed->created_at;
+      cursor_event_id_ = result.passed->event_id;
     } else if (!refused) {
       cursor_created_at_.reset();
     }
@@ -348,7 +408,8 @@ int OutboxPoller::poll() {
         auto grouped = options_.claim_groups(*conn, room);
         groups_left = grouped.more;
         const std::size_t n = grouped.events.size();
-        const std::size_t taken = n == 0 ? 0 : handler.handle_all(std::move(grouped.events));
+        const std::size_t taken =
+            n == 0 ? 0 : handler.handle_all(std::move(grouped.events), *cycle);
         handed += static_cast<int>(taken);
         // Refused: the rest stay claimed until their group is claimed again.
         refused = taken < n;
@@ -357,7 +418,7 @@ int OutboxPoller::poll() {
     consecutive_failures_.store(0);
     // Rows already queued or in flight here come back in every poll: only a full batch of new
     // work is a reason not to wait.
-    const int fresh = handler.new_in_cycle().value_or(handed);
+    const int fresh = cycle->queued.value_or(handed);
     last_cycle_ =
         fresh >= limit || (groups_left && !refused) ? CycleResult::FullBatch : CycleResult::Partial;
     if (fresh > 0) {
@@ -377,7 +438,7 @@ int OutboxPoller::poll() {
                                " in a row, backing off): " + e.what());
     }
   }
-  handler.end_cycle();
+  handler.end_cycle(*cycle);
   completed_cycles_.fetch_add(1);
   return handed;
 }

@@ -26,9 +26,11 @@ class MetricsExporter;
 class JsonCodec;
 class OutboxDispatcher;
 class ChangeWatcher;
+struct OutboxEvent;
 namespace internal {
+class HandOverStage;
 class PeriodicWorker;
-}
+}  // namespace internal
 
 /// One event a poll cycle hands over: claimed in a message group's `partition`, or (partition < 0)
 /// not in a message group.
@@ -36,6 +38,16 @@ struct ClaimedEvent {
   EventEnvelope envelope;
   int attempts = 0;
   int partition = 0;
+};
+
+/// One poll cycle, from before its query until its rows are handed over. A background cycle's
+/// hand-over may run while the next cycle's query does, so each cycle carries its own state.
+struct PollCycle {
+  std::optional<std::uint64_t> scan_token;        ///< the handler's scan tracking, if any
+  std::chrono::steady_clock::time_point started;  ///< set by the poller before the cycle's query
+  /// How many handed-over events were new work (not already queued or in flight); unset if the
+  /// handler does not know. A full batch of new work makes the poller run its next cycle at once.
+  std::optional<int> queued;
 };
 
 /// Receives the events a poll cycle found. Implementations must be thread-safe.
@@ -48,18 +60,19 @@ class OutboxPollerHandler {
   virtual bool handle_grouped(const EventEnvelope& event, int attempts, int /*partition*/) {
     return handle(event, attempts);
   }
-  /// Takes events in order until one is refused; returns how many were taken. By default
-  /// handle_grouped (handle for partition < 0) one by one; a handler that can take many under
-  /// one lock overrides it (the poller hands rows over in chunks).
-  virtual std::size_t handle_all(std::vector<ClaimedEvent> events);
+  /// Takes events of `cycle` in order until one is refused; returns how many were taken. By
+  /// default handle_grouped (handle for partition < 0) one by one; a handler that can take many
+  /// under one lock overrides it (the poller hands rows over in chunks).
+  virtual std::size_t handle_all(std::vector<ClaimedEvent> events, PollCycle& cycle);
   /// How many events the handler can take now; the cycle is skipped at 0.
   virtual int available_capacity() const { return INT_MAX; }
-  /// Called before the cycle's query and after its last handle().
-  virtual void begin_cycle() {}
-  virtual void end_cycle() {}
-  /// How many of this cycle's handled events were new work (not already queued or in flight);
-  /// nullopt if unknown. A full batch of new work makes the poller run its next cycle at once.
-  virtual std::optional<int> new_in_cycle() const { return std::nullopt; }
+  /// Called before the cycle's query (it may set the cycle's scan_token) and after the cycle's
+  /// last handle_all().
+  virtual void begin_cycle(PollCycle& /*cycle*/) {}
+  virtual void end_cycle(PollCycle& /*cycle*/) {}
+  /// Called with the cycle's connection before its query: work that needs the database's write
+  /// lock is cheaper done here, by the thread about to take it anyway, than by another thread.
+  virtual void before_query(sql::Connection& /*conn*/) {}
   /// Events the handler holds (queued or running) whose rows are still pending: a poll without
   /// claim locking reads that many extra rows to see past them.
   virtual int in_flight() const { return 0; }
@@ -70,21 +83,20 @@ class DispatcherPollerHandler final : public OutboxPollerHandler {
  public:
   /// `dispatcher` must outlive the handler.
   explicit DispatcherPollerHandler(OutboxDispatcher& dispatcher) : dispatcher_(dispatcher) {}
+  /// One event outside any poll cycle (claimed now, no scan tracking).
   bool handle(const EventEnvelope& event, int attempts) override;
   bool handle_grouped(const EventEnvelope& event, int attempts, int partition) override;
-  std::size_t handle_all(std::vector<ClaimedEvent> events) override;
+  std::size_t handle_all(std::vector<ClaimedEvent> events, PollCycle& cycle) override;
   int available_capacity() const override;
-  void begin_cycle() override;
-  void end_cycle() override;
-  std::optional<int> new_in_cycle() const override;
+  void begin_cycle(PollCycle& cycle) override;
+  void end_cycle(PollCycle& cycle) override;
+  /// Writes the DONE marks waiting in the dispatcher on the cycle's connection (see
+  /// OutboxDispatcher::write_done_marks).
+  void before_query(sql::Connection& conn) override;
   int in_flight() const override;
 
  private:
   OutboxDispatcher& dispatcher_;
-  mutable std::mutex mutex_;  // guards the cycle's state below
-  std::uint64_t scan_token_ = 0;
-  std::chrono::steady_clock::time_point cycle_started_{};
-  int queued_ = 0;  // events this cycle queued
 };
 
 /// Multi-node claim locking: rows are claimed by `owner` until delivered or `lock_timeout` passes.
@@ -172,6 +184,17 @@ class OutboxPoller {
   std::atomic<std::uint64_t> completed_cycles_{0};
   std::atomic<int> consecutive_failures_{0};
   enum class CycleResult { Partial, FullBatch, NoCapacity };
+  struct HandOver {
+    int handed = 0;
+    bool refused = false;                 // the handler refused a row (its queue is full)
+    const OutboxEvent* passed = nullptr;  // the last row handed over or settled
+  };
+  // One cycle; a background one with claim locking leaves its hand-over to the stage.
+  int run_cycle(bool background);
+  // Decodes `rows` and hands them over in order; undecodable ones are marked DEAD on `conn`
+  // (null: a connection acquired for it).
+  HandOver hand_over(const std::vector<OutboxEvent>& rows, PollCycle& cycle, sql::Connection* conn,
+                     Timestamp now);
   std::atomic<CycleResult> last_cycle_{CycleResult::Partial};
   std::atomic<int> idle_cycles_{64};  // cycles without work since the last with (adaptive)
   std::atomic<bool> hinted_{false};   // a wake-up came since the last cycle began
@@ -181,6 +204,8 @@ class OutboxPoller {
   std::optional<Timestamp> cursor_created_at_;
   std::string cursor_event_id_;
   std::chrono::steady_clock::time_point last_head_scan_{};
+  std::atomic<int> staged_rows_{0};                   // claimed rows the stage has yet to hand over
+  std::unique_ptr<internal::HandOverStage> stage_;    // claim locking without groups only
   std::unique_ptr<internal::PeriodicWorker> worker_;  // last: stopped before the rest goes
 };
 

@@ -27,7 +27,7 @@ class RecordingHandler final : public OutboxPollerHandler {
     return static_cast<int>(ids.size()) < stop_after;
   }
   int available_capacity() const override { return capacity; }
-  void begin_cycle() override { ++cycles; }
+  void begin_cycle(PollCycle&) override { ++cycles; }
 
   std::mutex mutex;
   std::vector<std::string> ids;
@@ -50,6 +50,18 @@ class BrokenHeaders final : public testing::ForwardingStore {
                                         std::chrono::microseconds skip, int limit,
                                         const PendingKey* after) override {
     auto rows = inner_->poll_pending(c, now, skip, limit, after);
+    for (auto& r : rows) {
+      if (ids_.contains(r.event_id)) {
+        r.headers_json = R"({"k": 42)";
+      }
+    }
+    return rows;
+  }
+  std::vector<OutboxEvent> claim_pending(sql::Connection& c, std::string_view owner, Timestamp now,
+                                         std::chrono::milliseconds lock,
+                                         std::chrono::microseconds skip, int limit,
+                                         const PendingKey* after) override {
+    auto rows = inner_->claim_pending(c, owner, now, lock, skip, limit, after);
     for (auto& r : rows) {
       if (ids_.contains(r.event_id)) {
         r.headers_json = R"({"k": 42)";
@@ -262,6 +274,128 @@ TEST_F(PollerTest, ClaimLockingTakesEachRowOnceUntilExpiry) {
   EXPECT_EQ(p2.poll(), 4);  // node-1 never finished: its claims expired
   EXPECT_EQ(row("c3")->locked_by, "node-2");
   EXPECT_EQ(p1.owner(), "node-1");
+}
+
+// Counts claims; each claim waits while `hold` is set (a slow statement).
+class CountingClaims final : public testing::ForwardingStore {
+ public:
+  using ForwardingStore::ForwardingStore;
+  std::vector<OutboxEvent> claim_pending(sql::Connection& c, std::string_view owner, Timestamp now,
+                                         std::chrono::milliseconds lock,
+                                         std::chrono::microseconds skip, int limit,
+                                         const PendingKey* after) override {
+    auto rows = inner_->claim_pending(c, owner, now, lock, skip, limit, after);
+    claims.fetch_add(1);
+    return rows;
+  }
+  std::atomic<int> claims{0};
+};
+
+// Takes events while it has room (a queue nobody drains) and records each; the first event it
+// is given waits until `release` returns true (at most 10 s).
+class RoomHandler final : public OutboxPollerHandler {
+ public:
+  bool handle(const EventEnvelope& e, int) override {
+    if (first.exchange(false)) {
+      waited_out = !wait_until([&] { return release(); }, 10s);
+    }
+    std::lock_guard lock(mutex);
+    if (static_cast<int>(ids.size()) >= room) {
+      ++refused;
+      return false;
+    }
+    ids.push_back(e.event_id());
+    return true;
+  }
+  int available_capacity() const override {
+    std::lock_guard lock(mutex);
+    return room - static_cast<int>(ids.size());
+  }
+  std::size_t count() const {
+    std::lock_guard lock(mutex);
+    return ids.size();
+  }
+
+  mutable std::mutex mutex;
+  std::vector<std::string> ids;
+  int room = INT_MAX;
+  int refused = 0;
+  std::atomic<bool> first{true};
+  std::function<bool()> release = [] { return true; };
+  bool waited_out = false;
+};
+
+TEST_F(PollerTest, ABackgroundClaimOfTheNextPageDoesNotWaitForTheLastPagesHandOver) {
+  // With claim locking the rows a cycle claimed are this node's alone, so the next claim needs
+  // nothing from their hand-over: the poller's thread runs it while another hands the page
+  // over (on SQLite that thread then holds the write lock and little else).
+  for (int i = 0; i < 200; ++i) {
+    insert("s" + std::to_string(1000 + i), clock->now() - 1s);
+  }
+  auto counting = std::make_shared<CountingClaims>(store);
+  auto slow = std::make_shared<RoomHandler>();
+  slow->release = [&] { return counting->claims.load() >= 2; };
+  auto o = options();
+  o.store = counting;
+  o.handler = slow;
+  o.claim_locking = ClaimLocking{"staged", 1h};
+  OutboxPoller p(o);
+  p.start();
+  ASSERT_TRUE(wait_until([&] { return slow->count() == 200; }));
+  p.close();
+  EXPECT_FALSE(slow->waited_out);  // the second claim ran while the first page was held up
+  auto ids = slow->ids;
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(std::unique(ids.begin(), ids.end()), ids.end());  // each row handed over once
+  EXPECT_EQ(ids.front(), "s1000");
+  EXPECT_EQ(ids.back(), "s1199");
+}
+
+TEST_F(PollerTest, ABackgroundClaimLeavesRoomForThePageStillBeingHandedOver) {
+  for (int i = 0; i < 300; ++i) {
+    insert("q" + std::to_string(1000 + i), clock->now() - 1s);
+  }
+  auto counting = std::make_shared<CountingClaims>(store);
+  auto slow = std::make_shared<RoomHandler>();
+  slow->room = 120;
+  // The first page waits until the poller has come back for more (or 10 s passed): the next
+  // claim must count the 50 rows not yet handed over against the room.
+  slow->release = [&] { return counting->claims.load() >= 2; };
+  auto o = options();
+  o.store = counting;
+  o.handler = slow;
+  o.interval = 5ms;
+  o.claim_locking = ClaimLocking{"room", 1h};
+  OutboxPoller p(o);
+  p.start();
+  ASSERT_TRUE(wait_until([&] { return slow->count() == 120; }));
+  ASSERT_TRUE(wait_until([&] { return p.completed_cycles() >= 6; }));
+  p.close();
+  EXPECT_EQ(slow->refused, 0);  // never claimed more than there was room for
+  EXPECT_EQ(slow->count(), 120u);
+  for (int i = 120; i < 300; ++i) {
+    EXPECT_FALSE(row("q" + std::to_string(1000 + i))->locked_by.has_value()) << i;
+  }
+}
+
+TEST_F(PollerTest, ARowAStagedHandOverCannotDecodeGoesDeadAndTheRestOfThePageGoesOver) {
+  for (int i = 0; i < 10; ++i) {
+    insert("d" + std::to_string(i), clock->now() - 1s);
+  }
+  auto o = options();
+  o.store = std::make_shared<BrokenHeaders>(store, std::set<std::string>{"d3", "d7"});
+  auto all = std::make_shared<RoomHandler>();
+  o.handler = all;
+  o.claim_locking = ClaimLocking{"settles", 1h};
+  OutboxPoller p(o);
+  p.start();
+  ASSERT_TRUE(wait_until([&] {
+    return all->count() == 8 && row("d3")->status == EventStatus::Dead &&
+           row("d7")->status == EventStatus::Dead;
+  }));
+  p.close();
+  EXPECT_NE(row("d7")->last_error->find("decode failure"), std::string::npos);
+  EXPECT_EQ(metrics->snapshot().dispatch_dead, 2);
 }
 
 TEST_F(PollerTest, GeneratesAnOwnerWhenNoneIsGiven) {

@@ -93,6 +93,7 @@ class UnansweredCommitProvider final : public sql::ConnectionProvider {
     void rollback() override { inner_->rollback(); }
     bool in_transaction() const override { return inner_->in_transaction(); }
     std::string_view dialect() const override { return inner_->dialect(); }
+    bool single_writer() const override { return inner_->single_writer(); }
     sql::PooledConnection inner_;
   };
   static void release(void*, std::unique_ptr<sql::Connection> conn, bool broken) {

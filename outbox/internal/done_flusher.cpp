@@ -53,8 +53,13 @@ void DoneFlusher::loop() {
       return;  // stopping with nothing left to write
     }
     // Gather for the rest of the window, unless the batch fills up or the dispatcher closes.
-    ready_.wait_until(lock, first_at_ + options_.window,
-                      [&] { return stop_ || pending_.size() >= options_.max; });
+    ready_.wait_until(lock, first_at_ + options_.window, [&] {
+      return stop_ || (pending_.size() >= options_.max &&
+                       std::chrono::steady_clock::now() - taken_at_ >= options_.window);
+    });
+    if (pending_.empty()) {
+      continue;  // taken meanwhile by write_waiting()
+    }
     std::vector<std::string> batch;
     if (pending_.size() <= options_.max) {
       batch.swap(pending_);
@@ -69,14 +74,38 @@ void DoneFlusher::loop() {
   }
 }
 
+std::size_t DoneFlusher::write_waiting(sql::Connection& conn) {
+  std::vector<std::string> batch;
+  {
+    std::lock_guard lock(mutex_);
+    taken_at_ = std::chrono::steady_clock::now();
+    if (pending_.empty() || stop_) {
+      return 0;  // stopping: the flusher writes the rest
+    }
+    batch.swap(pending_);
+  }
+  const bool written = write_on(conn, batch);
+  on_batch_(batch, written);
+  return written ? batch.size() : 0;
+}
+
 bool DoneFlusher::write(const std::vector<std::string>& batch) {
   try {
     auto conn = options_.provider->acquire();
+    return write_on(*conn, batch);
+  } catch (const std::exception& e) {  // no connection
+    failed(batch, e.what());
+    return false;
+  }
+}
+
+bool DoneFlusher::write_on(sql::Connection& conn, const std::vector<std::string>& batch) {
+  try {
     // A deadlock or serialization failure is transient: a batch not written means every event
     // in it is delivered again, so it is worth two more tries on a healthy connection.
     for (int attempt = 1;; ++attempt) {
       try {
-        const int marked = options_.store->mark_done_batch(*conn, batch, options_.clock->now(),
+        const int marked = options_.store->mark_done_batch(conn, batch, options_.clock->now(),
                                                            options_.claim_owner);
         if (!options_.claim_owner.empty() && marked < static_cast<int>(batch.size())) {
           // Rows another node claimed meanwhile (this node's lease ran out while it worked):
@@ -90,19 +119,23 @@ bool DoneFlusher::write(const std::vector<std::string>& batch) {
         return true;
       } catch (const StoreError& e) {
         const bool transient = e.sqlstate() == "40P01" || e.sqlstate() == "40001";
-        if (attempt >= 3 || !transient || conn->is_broken()) {
+        if (attempt >= 3 || !transient || conn.is_broken()) {
           throw;
         }
       }
     }
   } catch (const std::exception& e) {
-    for (std::size_t i = 0; i < batch.size(); ++i) {
-      options_.metrics->increment_status_update_failure();
-    }
-    log(LogLevel::Error, "OutboxDispatcher: could not mark " + std::to_string(batch.size()) +
-                             " events DONE (the poller will deliver them again): " + e.what());
+    failed(batch, e.what());
     return false;
   }
+}
+
+void DoneFlusher::failed(const std::vector<std::string>& batch, const std::string& error) {
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    options_.metrics->increment_status_update_failure();
+  }
+  log(LogLevel::Error, "OutboxDispatcher: could not mark " + std::to_string(batch.size()) +
+                           " events DONE (the poller will deliver them again): " + error);
 }
 
 }  // namespace outbox::internal

@@ -17,6 +17,7 @@ namespace outbox {
 class OutboxStore;
 class MetricsExporter;
 namespace sql {
+class Connection;
 class ConnectionProvider;
 }  // namespace sql
 }  // namespace outbox
@@ -46,19 +47,27 @@ class DoneFlusher {
 
   /// Queues a DONE mark.
   void add(std::string event_id);
+  /// Writes the marks waiting now on `conn`, on the calling thread: a poller about to claim takes
+  /// the database's write lock anyway (SQLite has one), so the marks need no hand-off of it. For
+  /// a window after, the flusher leaves full batches to such calls and writes only what waited a
+  /// whole window. Returns how many were written (0 if none waited or the write failed).
+  std::size_t write_waiting(sql::Connection& conn);
   /// Writes every mark still waiting and stops the thread. Idempotent.
   void stop();
 
  private:
   void loop();
   bool write(const std::vector<std::string>& batch);
+  bool write_on(sql::Connection& conn, const std::vector<std::string>& batch);
+  void failed(const std::vector<std::string>& batch, const std::string& error);
 
   Options options_;
   OnBatch on_batch_;
-  std::mutex mutex_;  // guards pending_, first_at_, stop_
+  std::mutex mutex_;  // guards pending_, first_at_, taken_at_, stop_
   std::condition_variable ready_;
   std::vector<std::string> pending_;
   std::chrono::steady_clock::time_point first_at_;
+  std::chrono::steady_clock::time_point taken_at_;  // the last write_waiting() call
   bool stop_ = false;
   std::thread thread_;
 };

@@ -46,6 +46,9 @@ class Connection {
   virtual bool in_transaction() const = 0;
   /// The SQL dialect: "sqlite", "postgres" or "mysql".
   virtual std::string_view dialect() const = 0;
+  /// True when the database runs one writing transaction at a time (SQLite): writes are then
+  /// cheapest when a thread that holds the write lock anyway makes them.
+  virtual bool single_writer() const { return false; }
   /// True when the link to the server is lost; a pool then discards the connection.
   virtual bool is_broken() const { return false; }
   /// False when the session was changed in a way the next borrower would not expect (MariaDB:

@@ -158,6 +158,7 @@ class SqliteConnection final : public sql::Connection {
     sqlite3_busy_handler(db_, &SqliteConnection::on_busy, this);
   }
   std::string_view dialect() const override { return "sqlite"; }
+  bool single_writer() const override { return true; }
 
   void set_write_gate(std::shared_ptr<WriteGate> gate) { gate_ = std::move(gate); }
 

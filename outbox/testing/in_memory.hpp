@@ -55,6 +55,8 @@ class InMemoryConnection final : public sql::Connection {
   void rollback() override;
   bool in_transaction() const override { return in_transaction_; }
   std::string_view dialect() const override { return "memory"; }
+  /// Like SQLite: one writing transaction at a time.
+  bool single_writer() const override { return true; }
 
   InMemoryDatabase& database() const { return *db_; }
 
