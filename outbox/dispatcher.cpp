@@ -737,9 +737,9 @@ bool OutboxDispatcher::apply_group_policy(const QueuedEvent& queued, const std::
   return go_on;
 }
 
-void OutboxDispatcher::write_done_marks(sql::Connection& conn) {
+void OutboxDispatcher::write_done_marks(sql::Connection& conn, bool again_soon) {
   if (flusher_) {
-    flusher_->write_waiting(conn);
+    flusher_->write_waiting(conn, again_soon);
   }
 }
 

@@ -50,9 +50,11 @@ struct DispatcherLink;
 ///
 /// DONE marks are batched: workers hand finished ids to a flusher thread, which writes them in
 /// one UPDATE per `done_batch_window` (or as soon as `done_batch_max` ids are waiting), so a
-/// workload pays one status commit per window instead of one per event. A crash loses the ids not
-/// yet flushed (at most one window's worth, bounded by done_batch_max per statement); the poller
-/// delivers those again (at-least-once).
+/// workload pays one status commit per window instead of one per event. On a database with one
+/// writer at a time (SQLite) each poll cycle writes the waiting marks before its claim; while it
+/// drains a backlog the flusher leaves full batches to it (write_done_marks). A crash loses the
+/// ids not yet written (at most one window's worth); the poller delivers those again
+/// (at-least-once).
 ///
 /// An event is tracked from enqueue until its status is written, so the poller cannot queue it a
 /// second time meanwhile; a poll cycle bracketed by begin_scan()/end_scan() also skips events that
@@ -76,7 +78,8 @@ class OutboxDispatcher {
     std::chrono::milliseconds drain_timeout{5000};
     /// How long the flusher gathers DONE marks before writing them (0: write at once). >= 0.
     std::chrono::microseconds done_batch_window{10000};  ///< 0 … 1 hour
-    /// Write as soon as this many DONE marks wait. >= 1.
+    /// Write as soon as this many DONE marks wait (unless a poller draining a backlog writes them
+    /// before its next claim, see write_done_marks). >= 1.
     std::size_t done_batch_max = 256;
     /// Events a worker takes from a queue at once; events whose registry entry has a batch
     /// listener reach it together (one call per listener, queue order kept), others go one by
@@ -182,8 +185,9 @@ class OutboxDispatcher {
   std::size_t active_groups() const;
   std::size_t max_active_groups_seen() const;
   /// Writes the DONE marks waiting for the flusher on `conn`, on the calling thread (a poller
-  /// about to claim: see internal::DoneFlusher::write_waiting). Never throws.
-  void write_done_marks(sql::Connection& conn);
+  /// about to claim; `again_soon`: it drains a backlog, see internal::DoneFlusher::write_waiting).
+  /// Never throws.
+  void write_done_marks(sql::Connection& conn, bool again_soon);
   /// Marks the start of a poll cycle; returns a token for end_scan().
   std::uint64_t begin_scan();
   /// Ends the poll cycle started with `token`.

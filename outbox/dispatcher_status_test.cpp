@@ -6,6 +6,7 @@
 
 #include "outbox/errors.hpp"
 #include "outbox/interceptor.hpp"
+#include "outbox/json_codec.hpp"
 #include "outbox/metrics.hpp"
 #include "outbox/poller.hpp"
 #include "outbox/retry_policy.hpp"
@@ -186,6 +187,101 @@ TEST_F(DispatcherTest, APollCycleWritesTheWaitingDoneMarksOnItsConnectionBeforeI
   EXPECT_EQ(metrics->snapshot().dispatch_success, 2);
   poller.close();
   d.close();
+}
+
+// Found by the hostile round on the staged hand-over: after any poll cycle the flusher left full
+// batches alone for a whole window. Only a poller draining a backlog (back-to-back cycles) takes
+// them over now.
+TEST_F(DispatcherTest, AFullDoneBatchIsWrittenAtOnceAfterAPollCycleThatDoesNotDrain) {
+  std::atomic<int> calls{0};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) { ++calls; });
+  auto o = options();
+  o.done_batch_window = std::chrono::hours(1);
+  o.done_batch_max = 2;
+  OutboxDispatcher d(o);
+  d.start();
+  OutboxPoller poller({.connection_provider = pool,
+                       .store = store,
+                       .handler = std::make_shared<DispatcherPollerHandler>(d),
+                       .interval = std::chrono::hours(1)});
+  d.enqueue_hot(queued(committed("A", "f1")));
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 1; }));
+  EXPECT_EQ(poller.poll(), 0);  // writes f1's mark on the poll's connection
+  EXPECT_EQ(count(EventStatus::Done), 1);
+  for (const char* id : {"f2", "f3", "f4", "f5"}) {
+    d.enqueue_hot(queued(committed("A", id)));
+  }
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 5; }));
+  // 4 marks wait, done_batch_max = 2: written as soon as 2 wait, not after the hour.
+  EXPECT_TRUE(wait_until([&] { return count(EventStatus::Done) == 5; }));
+  poller.close();
+  d.close();
+}
+
+// From the hostile round on the staged hand-over: an event the poller re-claims (its own claim,
+// older than the grace) while its hot delivery runs; the staged hand-over of that page is held
+// up until after the event completed and its DONE mark was written by the next cycle. The stale
+// row must not be delivered again.
+class GateCodec final : public JsonCodec {
+ public:
+  std::optional<std::string> to_json(const Headers& h) const override {
+    return JsonCodec::default_codec().to_json(h);
+  }
+  Headers parse_object(std::string_view json) const override {
+    if (json.find("gate") != std::string_view::npos) {
+      entered = true;
+      wait_until([&] { return open.load(); }, std::chrono::seconds(10));
+    }
+    return JsonCodec::default_codec().parse_object(json);
+  }
+  mutable std::atomic<bool> entered{false};
+  std::atomic<bool> open{false};
+};
+
+TEST_F(DispatcherTest, ALateStagedHandOverOfAnEventCompletedMeanwhileDeliversNothing) {
+  std::atomic<int> calls{0};
+  std::atomic<bool> go{false};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope& e) {
+    ++calls;
+    if (e.event_id() == "x1" && calls.load() == 1) {
+      wait_until([&] { return go.load(); }, std::chrono::seconds(10));
+    }
+  });
+  auto o = options();
+  o.claim_owner = "n";
+  o.claim_timeout = std::chrono::seconds(2);
+  o.done_batch_window = std::chrono::hours(1);
+  o.done_batch_max = 100;
+  OutboxDispatcher d(o);
+  d.start();
+  auto e = EventEnvelope::builder(EventType::of("A"))
+               .event_id("x1")
+               .payload_json("{}")
+               .header("k", "gate")
+               .build();
+  ASSERT_TRUE(d.reserve("x1"));
+  store->insert_new(*pool->acquire(), e, "n");
+  ASSERT_TRUE(d.enqueue_hot(queued(e), true));
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 1; }));
+  GateCodec codec;
+  OutboxPoller poller({.connection_provider = pool,
+                       .store = store,
+                       .handler = std::make_shared<DispatcherPollerHandler>(d),
+                       .interval = std::chrono::milliseconds(20),
+                       .claim_locking = ClaimLocking{"n", std::chrono::milliseconds(1000)},
+                       .head_rescan_interval = std::chrono::milliseconds(0),
+                       .json_codec = &codec});
+  poller.start();
+  // After the grace (100 ms) the poller re-claims x1 and the stage blocks decoding it.
+  ASSERT_TRUE(wait_until([&] { return codec.entered.load(); }));
+  go = true;  // the hot delivery ends; its DONE mark waits for the next cycle
+  ASSERT_TRUE(wait_until([&] { return status("x1") == EventStatus::Done; }));
+  codec.open = true;  // the late hand-over of the stale page
+  const auto c0 = poller.completed_cycles();
+  ASSERT_TRUE(wait_until([&] { return poller.completed_cycles() >= c0 + 3; }));
+  poller.close();
+  d.close();
+  EXPECT_EQ(calls.load(), 1);
 }
 
 // Found breaking issue 11: a deadlock on a RETRY/DEAD write was taken for a refused value and the

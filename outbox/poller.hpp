@@ -72,7 +72,8 @@ class OutboxPollerHandler {
   virtual void end_cycle(PollCycle& /*cycle*/) {}
   /// Called with the cycle's connection before its query: work that needs the database's write
   /// lock is cheaper done here, by the thread about to take it anyway, than by another thread.
-  virtual void before_query(sql::Connection& /*conn*/) {}
+  /// `draining`: the cycle before found a full batch, so cycles follow one another at once.
+  virtual void before_query(sql::Connection& /*conn*/, bool /*draining*/) {}
   /// Events the handler holds (queued or running) whose rows are still pending: a poll without
   /// claim locking reads that many extra rows to see past them.
   virtual int in_flight() const { return 0; }
@@ -92,7 +93,7 @@ class DispatcherPollerHandler final : public OutboxPollerHandler {
   void end_cycle(PollCycle& cycle) override;
   /// Writes the DONE marks waiting in the dispatcher on the cycle's connection (see
   /// OutboxDispatcher::write_done_marks).
-  void before_query(sql::Connection& conn) override;
+  void before_query(sql::Connection& conn, bool draining) override;
   int in_flight() const override;
 
  private:

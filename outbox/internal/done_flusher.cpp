@@ -74,11 +74,13 @@ void DoneFlusher::loop() {
   }
 }
 
-std::size_t DoneFlusher::write_waiting(sql::Connection& conn) {
+std::size_t DoneFlusher::write_waiting(sql::Connection& conn, bool again_soon) {
   std::vector<std::string> batch;
   {
     std::lock_guard lock(mutex_);
-    taken_at_ = std::chrono::steady_clock::now();
+    if (again_soon) {
+      taken_at_ = std::chrono::steady_clock::now();
+    }
     if (pending_.empty() || stop_) {
       return 0;  // stopping: the flusher writes the rest
     }

@@ -48,10 +48,11 @@ class DoneFlusher {
   /// Queues a DONE mark.
   void add(std::string event_id);
   /// Writes the marks waiting now on `conn`, on the calling thread: a poller about to claim takes
-  /// the database's write lock anyway (SQLite has one), so the marks need no hand-off of it. For
-  /// a window after, the flusher leaves full batches to such calls and writes only what waited a
-  /// whole window. Returns how many were written (0 if none waited or the write failed).
-  std::size_t write_waiting(sql::Connection& conn);
+  /// the database's write lock anyway (SQLite has one), so the marks need no hand-off of it. With
+  /// `again_soon` (the caller comes back at once: a poller draining a backlog) the flusher leaves
+  /// full batches to such calls for a window and writes only what waited a whole window. Returns
+  /// how many were written (0 if none waited or the write failed).
+  std::size_t write_waiting(sql::Connection& conn, bool again_soon);
   /// Writes every mark still waiting and stops the thread. Idempotent.
   void stop();
 
@@ -67,7 +68,8 @@ class DoneFlusher {
   std::condition_variable ready_;
   std::vector<std::string> pending_;
   std::chrono::steady_clock::time_point first_at_;
-  std::chrono::steady_clock::time_point taken_at_;  // the last write_waiting() call
+  // The last write_waiting() call that said it comes back at once.
+  std::chrono::steady_clock::time_point taken_at_;
   bool stop_ = false;
   std::thread thread_;
 };

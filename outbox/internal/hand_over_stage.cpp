@@ -14,16 +14,18 @@ HandOverStage::~HandOverStage() {
   close();
 }
 
-bool HandOverStage::submit(std::function<void()> work) {
+void HandOverStage::submit(std::function<void()> work, std::function<void()> dropped) {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] { return !busy_ || closed_; });
   if (closed_) {
-    return false;
+    lock.unlock();
+    dropped();
+    return;
   }
   work_ = std::move(work);
+  dropped_ = std::move(dropped);
   busy_ = true;
   changed_.notify_all();
-  return true;
 }
 
 void HandOverStage::wait_idle() {
@@ -48,13 +50,21 @@ void HandOverStage::run() {
     changed_.wait(lock, [&] { return closed_ || work_; });
     if (closed_) {
       // Not started: its rows stay claimed until released or expired (at-least-once).
+      auto dropped = std::move(dropped_);
       work_ = nullptr;
+      dropped_ = nullptr;
+      lock.unlock();
+      if (dropped) {
+        dropped();
+      }
+      lock.lock();
       busy_ = false;
       changed_.notify_all();
       return;
     }
     auto work = std::move(work_);
     work_ = nullptr;
+    dropped_ = nullptr;
     lock.unlock();
     try {
       work();

@@ -19,9 +19,10 @@ class HandOverStage {
   HandOverStage(const HandOverStage&) = delete;
   HandOverStage& operator=(const HandOverStage&) = delete;
 
-  /// Waits until the work submitted before has ended, then runs `work` on the thread; false
-  /// (and `work` is not run) after close(). Works run one at a time, in the order submitted.
-  bool submit(std::function<void()> work);
+  /// Waits until the work submitted before has ended, then runs `work` on the thread. Works run
+  /// one at a time, in the order submitted. Work that will not run (submitted after close(), or
+  /// not started when close() came) gets `dropped` called instead, on the thread that found out.
+  void submit(std::function<void()> work, std::function<void()> dropped);
   /// Waits until the work submitted so far has ended.
   void wait_idle();
   /// Waits for the work in progress, then stops the thread; work submitted but not started is
@@ -34,6 +35,7 @@ class HandOverStage {
   std::mutex mutex_;  // guards work_, busy_, closed_
   std::condition_variable changed_;
   std::function<void()> work_;
+  std::function<void()> dropped_;
   bool busy_ = false;  // work_ is set or running
   bool closed_ = false;
   std::thread thread_;
