@@ -737,9 +737,15 @@ bool OutboxDispatcher::apply_group_policy(const QueuedEvent& queued, const std::
   return go_on;
 }
 
-void OutboxDispatcher::write_done_marks(sql::Connection& conn, bool again_soon) {
+void OutboxDispatcher::write_done_marks(sql::Connection& conn) {
   if (flusher_) {
-    flusher_->write_waiting(conn, again_soon);
+    flusher_->write_waiting(conn);
+  }
+}
+
+void OutboxDispatcher::expect_done_writer(bool at_once) {
+  if (flusher_) {
+    flusher_->expect_writer(at_once);
   }
 }
 

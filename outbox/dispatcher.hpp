@@ -52,7 +52,8 @@ struct DispatcherLink;
 /// one UPDATE per `done_batch_window` (or as soon as `done_batch_max` ids are waiting), so a
 /// workload pays one status commit per window instead of one per event. On a database with one
 /// writer at a time (SQLite) each poll cycle writes the waiting marks before its claim; while it
-/// drains a backlog the flusher leaves full batches to it (write_done_marks). A crash loses the
+/// drains a backlog the flusher leaves full batches to its next cycle (write_done_marks,
+/// expect_done_writer). A crash loses the
 /// ids not yet written (at most one window's worth); the poller delivers those again
 /// (at-least-once).
 ///
@@ -185,9 +186,11 @@ class OutboxDispatcher {
   std::size_t active_groups() const;
   std::size_t max_active_groups_seen() const;
   /// Writes the DONE marks waiting for the flusher on `conn`, on the calling thread (a poller
-  /// about to claim; `again_soon`: it drains a backlog, see internal::DoneFlusher::write_waiting).
-  /// Never throws.
-  void write_done_marks(sql::Connection& conn, bool again_soon);
+  /// about to claim). Never throws.
+  void write_done_marks(sql::Connection& conn);
+  /// `at_once`: a write_done_marks() call follows at once (a poller draining a backlog), so full
+  /// batches may wait for it up to a window; false: the flusher writes them itself again.
+  void expect_done_writer(bool at_once);
   /// Marks the start of a poll cycle; returns a token for end_scan().
   std::uint64_t begin_scan();
   /// Ends the poll cycle started with `token`.

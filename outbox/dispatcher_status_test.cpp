@@ -218,6 +218,58 @@ TEST_F(DispatcherTest, AFullDoneBatchIsWrittenAtOnceAfterAPollCycleThatDoesNotDr
   d.close();
 }
 
+// The last cycle of a drain follows a full page but reads a short one: the poller then waits its
+// interval, so full batches may not be left to a next cycle (they waited the whole window).
+class DrainMarksTest : public DispatcherTest {
+ protected:
+  void drain_then_finish(std::optional<ClaimLocking> claims);
+};
+
+void DrainMarksTest::drain_then_finish(std::optional<ClaimLocking> claims) {
+  auto o = options();
+  std::atomic<int> calls{0};
+  std::atomic<bool> go{false};
+  listeners->register_listener(EventType::of("A"), [&](const EventEnvelope&) {
+    wait_until([&] { return go.load(); }, 30s);
+    ++calls;
+  });
+  for (int i = 0; i < 26; ++i) {
+    store->insert_new(*pool->acquire(), EventEnvelope::builder(EventType::of("A"))
+                                            .event_id("w" + std::to_string(100 + i))
+                                            .payload_json("{}")
+                                            .build());
+  }
+  o.done_batch_window = std::chrono::hours(1);
+  o.done_batch_max = 2;
+  OutboxDispatcher d(o);
+  d.start();
+  OutboxPoller poller({.connection_provider = pool,
+                       .store = store,
+                       .handler = std::make_shared<DispatcherPollerHandler>(d),
+                       .batch_size = 10,
+                       .interval = std::chrono::hours(1),
+                       .claim_locking = claims});
+  poller.start();
+  // Full, full, short page; then the poller waits its hour.
+  ASSERT_TRUE(wait_until([&] {
+    return poller.completed_cycles() >= 3 && poller.next_wait() == std::chrono::hours(1);
+  }));
+  go = true;  // 26 marks come now, done_batch_max = 2: 13 full batches
+  ASSERT_TRUE(wait_until([&] { return calls.load() == 26; }));
+  EXPECT_TRUE(wait_until([&] { return count(EventStatus::Done) == 26; }))
+      << count(EventStatus::Done) << " of 26 DONE";
+  poller.close();
+  d.close();
+}
+
+TEST_F(DrainMarksTest, FullDoneBatchesAfterTheLastCycleOfADrainAreWrittenAtOnce) {
+  drain_then_finish(std::nullopt);
+}
+
+TEST_F(DrainMarksTest, FullDoneBatchesAfterTheLastCycleOfAStagedDrainAreWrittenAtOnce) {
+  drain_then_finish(ClaimLocking{"staged", 5min});
+}
+
 // From the hostile round on the staged hand-over: an event the poller re-claims (its own claim,
 // older than the grace) while its hot delivery runs; the staged hand-over of that page is held
 // up until after the event completed and its DONE mark was written by the next cycle. The stale

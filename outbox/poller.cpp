@@ -83,14 +83,19 @@ void DispatcherPollerHandler::end_cycle(PollCycle& cycle) {
   }
 }
 
-void DispatcherPollerHandler::before_query(sql::Connection& conn, bool draining) {
+void DispatcherPollerHandler::before_query(sql::Connection& conn) {
   // With one writer at a time the flusher would wait for the claim's lock and the claim for the
   // marks': written here they need no hand-off of it (SQLite drain of 300,000 rows: 0.64–0.78 →
   // 0.81–0.91 of the floor, with the staged hand-over). Where writers run side by side
   // (PostgreSQL, MariaDB) the flusher's own thread is faster (−25 % here).
+  writes_marks_.store(conn.single_writer());
   if (conn.single_writer()) {
-    dispatcher_.write_done_marks(conn, draining);
+    dispatcher_.write_done_marks(conn);
   }
+}
+
+void DispatcherPollerHandler::after_cycle(bool next_at_once) {
+  dispatcher_.expect_done_writer(next_at_once && writes_marks_.load());
 }
 
 OutboxPoller::OutboxPoller(Options options) : options_(std::move(options)) {
@@ -265,12 +270,20 @@ OutboxPoller::HandOver OutboxPoller::hand_over(const std::vector<OutboxEvent>& r
       const std::string error = std::string("decode failure: ") + e.what();
       log(LogLevel::Error,
           "OutboxPoller: event " + row.event_id + " cannot be decoded, marking DEAD: " + e.what());
-      if (conn == nullptr) {
-        own.emplace(options_.connection_provider->acquire());
-        conn = &**own;
+      try {
+        if (conn == nullptr) {
+          own.emplace(options_.connection_provider->acquire());
+          conn = &**own;
+        }
+        options_.store->mark_dead(*conn, row.event_id, now, error, false, owner_);
+        options_.metrics->increment_dispatch_dead();
+      } catch (const std::exception& failed) {
+        // The row stays pending (claimed until its lock expires) and is looked at again; the
+        // rows after it must not wait for it (a DEAD mark that keeps failing held them forever).
+        log(LogLevel::Error, "OutboxPoller: could not mark event " + row.event_id +
+                                 " DEAD (it is read again later): " + failed.what());
+        options_.metrics->increment_status_update_failure();
       }
-      options_.store->mark_dead(*conn, row.event_id, now, error, false, owner_);
-      options_.metrics->increment_dispatch_dead();
       seen = &row;
       continue;
     }
@@ -291,16 +304,37 @@ OutboxPoller::HandOver OutboxPoller::hand_over(const std::vector<OutboxEvent>& r
 }
 
 int OutboxPoller::run_cycle(bool background) {
+  const int handed = cycle_once(background);
+  // Only a next cycle that follows at once may be left the DONE marks waiting (it writes them
+  // before its claim on SQLite); after a short page, a failure or close nobody comes back soon.
+  options_.handler->after_cycle(!worker_->closed() && consecutive_failures_.load() == 0 &&
+                                last_cycle_.load() == CycleResult::FullBatch);
+  return handed;
+}
+
+int OutboxPoller::cycle_once(bool background) {
   // After close() nothing is handed over: the handler (a closed dispatcher) may be gone.
-  if (worker_->closed() || (options_.active && !options_.active())) {
+  if (worker_->closed()) {
+    return 0;
+  }
+  if (options_.active && !options_.active()) {
+    last_cycle_ = CycleResult::Partial;  // inactive: wait the interval, not at once
     return 0;
   }
   std::lock_guard cycle_lock(cycle_mutex_);
+  if (!background && stage_) {
+    // The background loop cannot submit while this cycle holds the lock: once the stage is idle,
+    // this cycle's rows go over after every page claimed before them.
+    stage_->wait_idle();
+  }
   // A hint that comes during the cycle wakes the next one: the rows may not be in this one's read.
   const bool hinted = hinted_.exchange(false);
   auto& handler = *options_.handler;
-  // Rows of the cycle before still being handed over will take room too.
-  const int capacity = handler.available_capacity() - staged_rows_.load();
+  // Rows of the cycle before still being handed over will take room too. Read before the room:
+  // rows the stage moves into the queue in between are then counted twice (room left unused
+  // for a cycle), never not at all (rows claimed that the queue refuses).
+  const int staged_rows = staged_rows_.load();
+  const int capacity = handler.available_capacity() - staged_rows;
   if (capacity <= 0) {
     last_cycle_ = CycleResult::NoCapacity;
     completed_cycles_.fetch_add(1);
@@ -318,7 +352,7 @@ int OutboxPoller::run_cycle(bool background) {
   try {
     std::optional<sql::PooledConnection> held(options_.connection_provider->acquire());
     sql::Connection* conn = &**held;
-    handler.before_query(*conn, last_cycle_.load() == CycleResult::FullBatch);
+    handler.before_query(*conn);
     const auto now = options_.clock->now();
     const auto steady_now = std::chrono::steady_clock::now();
     const bool from_head = !cursor_created_at_ || options_.head_rescan_interval.count() == 0 ||

@@ -72,8 +72,10 @@ class OutboxPollerHandler {
   virtual void end_cycle(PollCycle& /*cycle*/) {}
   /// Called with the cycle's connection before its query: work that needs the database's write
   /// lock is cheaper done here, by the thread about to take it anyway, than by another thread.
-  /// `draining`: the cycle before found a full batch, so cycles follow one another at once.
-  virtual void before_query(sql::Connection& /*conn*/, bool /*draining*/) {}
+  virtual void before_query(sql::Connection& /*conn*/) {}
+  /// Called when the cycle's claim is done (a staged hand-over may still run): `next_at_once`,
+  /// the next cycle follows without waiting (a full page, no failure).
+  virtual void after_cycle(bool /*next_at_once*/) {}
   /// Events the handler holds (queued or running) whose rows are still pending: a poll without
   /// claim locking reads that many extra rows to see past them.
   virtual int in_flight() const { return 0; }
@@ -91,13 +93,16 @@ class DispatcherPollerHandler final : public OutboxPollerHandler {
   int available_capacity() const override;
   void begin_cycle(PollCycle& cycle) override;
   void end_cycle(PollCycle& cycle) override;
-  /// Writes the DONE marks waiting in the dispatcher on the cycle's connection (see
-  /// OutboxDispatcher::write_done_marks).
-  void before_query(sql::Connection& conn, bool draining) override;
+  /// On a single-writer database, writes the DONE marks waiting in the dispatcher on the
+  /// cycle's connection (see OutboxDispatcher::write_done_marks).
+  void before_query(sql::Connection& conn) override;
+  /// Tells the dispatcher whether the next cycle will write the waiting marks at once.
+  void after_cycle(bool next_at_once) override;
   int in_flight() const override;
 
  private:
   OutboxDispatcher& dispatcher_;
+  std::atomic<bool> writes_marks_{false};  // the last cycle's connection was a single writer
 };
 
 /// Multi-node claim locking: rows are claimed by `owner` until delivered or `lock_timeout` passes.
@@ -190,10 +195,12 @@ class OutboxPoller {
     bool refused = false;                 // the handler refused a row (its queue is full)
     const OutboxEvent* passed = nullptr;  // the last row handed over or settled
   };
-  // One cycle; a background one with claim locking leaves its hand-over to the stage.
+  // One cycle, then the handler's after_cycle().
   int run_cycle(bool background);
+  // One cycle; a background one with claim locking leaves its hand-over to the stage.
+  int cycle_once(bool background);
   // Decodes `rows` and hands them over in order; undecodable ones are marked DEAD on `conn`
-  // (null: a connection acquired for it).
+  // (null: a connection acquired for it), or left pending if that fails.
   HandOver hand_over(const std::vector<OutboxEvent>& rows, PollCycle& cycle, sql::Connection* conn,
                      Timestamp now);
   std::atomic<CycleResult> last_cycle_{CycleResult::Partial};

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "outbox/change_watcher.hpp"
@@ -184,7 +185,7 @@ TEST_F(PollerTest, ARefusalInALaterChunkResumesAtTheRefusedRowPastUndecodableOne
   EXPECT_EQ(row("r100")->status, EventStatus::Dead);
 }
 
-TEST_F(PollerTest, AFailingDeadMarkDoesNotHoldBackTheRowsDecodedBeforeIt) {
+TEST_F(PollerTest, AFailingDeadMarkHoldsBackNoOtherRow) {
   for (int i = 0; i < 5; ++i) {
     insert("g" + std::to_string(i), clock->now() - std::chrono::seconds(100 - i));
   }
@@ -193,9 +194,11 @@ TEST_F(PollerTest, AFailingDeadMarkDoesNotHoldBackTheRowsDecodedBeforeIt) {
   auto o = options();
   o.store = std::make_shared<BrokenHeaders>(store, std::set<std::string>{"bad"}, true);
   OutboxPoller poller(o);
-  poller.poll();  // the cycle fails at the DEAD mark, after handing over what came before
-  EXPECT_EQ(handler->ids, (std::vector<std::string>{"g0", "g1", "g2", "g3", "g4"}));
+  // A DEAD mark that keeps failing (a full disk) held back every row behind it, cycle after cycle.
+  EXPECT_EQ(poller.poll(), 6);
+  EXPECT_EQ(handler->ids, (std::vector<std::string>{"g0", "g1", "g2", "g3", "g4", "after"}));
   EXPECT_EQ(row("bad")->status, EventStatus::New);  // read again next cycle
+  EXPECT_EQ(metrics->snapshot().status_update_failure, 1);
 }
 
 TEST_F(PollerTest, HandsPendingRowsOverOldestFirstAndRecordsLag) {
@@ -297,7 +300,7 @@ class RoomHandler final : public OutboxPollerHandler {
  public:
   bool handle(const EventEnvelope& e, int) override {
     if (first.exchange(false)) {
-      waited_out = !wait_until([&] { return release(); }, 10s);
+      waited_out = !wait_until([&] { return release(); }, hold);
     }
     std::lock_guard lock(mutex);
     if (static_cast<int>(ids.size()) >= room) {
@@ -308,9 +311,15 @@ class RoomHandler final : public OutboxPollerHandler {
     return true;
   }
   int available_capacity() const override {
-    std::lock_guard lock(mutex);
-    return room - static_cast<int>(ids.size());
+    int left;
+    {
+      std::lock_guard lock(mutex);
+      left = room - static_cast<int>(ids.size());
+    }
+    after_room_read();
+    return left;
   }
+  void end_cycle(PollCycle&) override { ended.fetch_add(1); }
   std::size_t count() const {
     std::lock_guard lock(mutex);
     return ids.size();
@@ -322,7 +331,11 @@ class RoomHandler final : public OutboxPollerHandler {
   int refused = 0;
   std::atomic<bool> first{true};
   std::function<bool()> release = [] { return true; };
+  std::chrono::milliseconds hold = 10s;  // the longest the first event waits for `release`
   bool waited_out = false;
+  // Called by available_capacity() after it read the room (a hook to interleave the stage).
+  std::function<void()> after_room_read = [] {};
+  std::atomic<int> ended{0};  // cycles ended (a staged one after its hand-over)
 };
 
 TEST_F(PollerTest, ABackgroundClaimOfTheNextPageDoesNotWaitForTheLastPagesHandOver) {
@@ -376,6 +389,85 @@ TEST_F(PollerTest, ABackgroundClaimLeavesRoomForThePageStillBeingHandedOver) {
   for (int i = 120; i < 300; ++i) {
     EXPECT_FALSE(row("q" + std::to_string(1000 + i))->locked_by.has_value()) << i;
   }
+}
+
+// From the hostile round on the staged hand-over: the stage moving its page into the queue
+// between the next cycle's two reads (the room, the rows still staged) made them count nowhere,
+// and the claim took rows the queue then refused (they waited for the own-claim grace).
+TEST_F(PollerTest, ABackgroundClaimNeverCountsAStagedPageAsRoom) {
+  for (int i = 0; i < 300; ++i) {
+    insert("r" + std::to_string(1000 + i), clock->now() - 1s);
+  }
+  auto counting = std::make_shared<CountingClaims>(store);
+  auto slow = std::make_shared<RoomHandler>();
+  slow->room = 60;
+  std::atomic<bool> released{false};
+  slow->release = [&] { return released.load(); };
+  // The first page waits in the stage until the next cycle has read the room; then it goes over
+  // and ends before that cycle reads what is still staged.
+  slow->after_room_read = [&] {
+    if (counting->claims.load() >= 1 && !released.exchange(true)) {
+      wait_until([&] { return slow->ended.load() >= 1; });
+    }
+  };
+  auto o = options();
+  o.store = counting;
+  o.handler = slow;
+  o.interval = 5ms;
+  o.claim_locking = ClaimLocking{"race", 1h};
+  OutboxPoller p(o);
+  p.start();
+  ASSERT_TRUE(wait_until([&] { return slow->count() == 60; }));
+  ASSERT_TRUE(wait_until([&] { return p.completed_cycles() >= 6; }));
+  p.close();
+  EXPECT_EQ(slow->refused, 0);
+  for (int i = 60; i < 300; ++i) {
+    EXPECT_FALSE(row("r" + std::to_string(1000 + i))->locked_by.has_value()) << i;
+  }
+}
+
+TEST_F(PollerTest, AFailingDeadMarkInAStagedPageHoldsBackNoOtherRow) {
+  for (int i = 0; i < 10; ++i) {
+    insert("d" + std::to_string(i), clock->now() - 1s);
+  }
+  auto o = options();
+  o.store = std::make_shared<BrokenHeaders>(store, std::set<std::string>{"d3"}, true);
+  auto all = std::make_shared<RoomHandler>();
+  o.handler = all;
+  o.claim_locking = ClaimLocking{"settles", 1h};
+  OutboxPoller p(o);
+  p.start();
+  // The rows after d3 waited for the own-claim grace, or for ever while its DEAD mark failed.
+  ASSERT_TRUE(wait_until([&] { return all->count() == 9; }));
+  p.close();
+  EXPECT_EQ(row("d3")->status, EventStatus::New);  // claimed, looked at again after the grace
+  EXPECT_GE(metrics->snapshot().status_update_failure, 1);
+}
+
+// A poll() beside the background loop hands its rows over after the page the stage still holds
+// (it handed them over at once, before the rows claimed earlier).
+TEST_F(PollerTest, APollCallHandsItsRowsOverAfterTheStagedPage) {
+  insert("p1", clock->now() - 2s);
+  auto slow = std::make_shared<RoomHandler>();
+  std::atomic<bool> entered{false};
+  // p1 waits in the stage until p2 was handed over (it never is with the page order kept), 1 s
+  // at most.
+  slow->release = [&] {
+    entered = true;
+    std::lock_guard lock(slow->mutex);
+    return std::find(slow->ids.begin(), slow->ids.end(), "p2") != slow->ids.end();
+  };
+  slow->hold = 1s;
+  auto o = options();
+  o.handler = slow;
+  o.claim_locking = ClaimLocking{"order", 1h};
+  OutboxPoller p(o);
+  p.start();
+  ASSERT_TRUE(wait_until([&] { return entered.load(); }));
+  insert("p2", clock->now() - 1s);
+  EXPECT_EQ(p.poll(), 1);
+  p.close();
+  EXPECT_EQ(slow->ids, (std::vector<std::string>{"p1", "p2"}));
 }
 
 TEST_F(PollerTest, ARowAStagedHandOverCannotDecodeGoesDeadAndTheRestOfThePageGoesOver) {

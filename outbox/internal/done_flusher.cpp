@@ -54,8 +54,10 @@ void DoneFlusher::loop() {
     }
     // Gather for the rest of the window, unless the batch fills up or the dispatcher closes.
     ready_.wait_until(lock, first_at_ + options_.window, [&] {
-      return stop_ || (pending_.size() >= options_.max &&
-                       std::chrono::steady_clock::now() - taken_at_ >= options_.window);
+      return stop_ ||
+             (pending_.size() >= options_.max &&
+              (!writer_expected_since_ ||
+               std::chrono::steady_clock::now() - *writer_expected_since_ >= options_.window));
     });
     if (pending_.empty()) {
       continue;  // taken meanwhile by write_waiting()
@@ -74,13 +76,24 @@ void DoneFlusher::loop() {
   }
 }
 
-std::size_t DoneFlusher::write_waiting(sql::Connection& conn, bool again_soon) {
+void DoneFlusher::expect_writer(bool at_once) {
+  {
+    std::lock_guard lock(mutex_);
+    if (at_once) {
+      writer_expected_since_ = std::chrono::steady_clock::now();
+    } else {
+      writer_expected_since_.reset();
+    }
+  }
+  if (!at_once) {
+    ready_.notify_one();  // a full batch left to the writer is written now
+  }
+}
+
+std::size_t DoneFlusher::write_waiting(sql::Connection& conn) {
   std::vector<std::string> batch;
   {
     std::lock_guard lock(mutex_);
-    if (again_soon) {
-      taken_at_ = std::chrono::steady_clock::now();
-    }
     if (pending_.empty() || stop_) {
       return 0;  // stopping: the flusher writes the rest
     }

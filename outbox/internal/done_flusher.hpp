@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,11 +49,12 @@ class DoneFlusher {
   /// Queues a DONE mark.
   void add(std::string event_id);
   /// Writes the marks waiting now on `conn`, on the calling thread: a poller about to claim takes
-  /// the database's write lock anyway (SQLite has one), so the marks need no hand-off of it. With
-  /// `again_soon` (the caller comes back at once: a poller draining a backlog) the flusher leaves
-  /// full batches to such calls for a window and writes only what waited a whole window. Returns
-  /// how many were written (0 if none waited or the write failed).
-  std::size_t write_waiting(sql::Connection& conn, bool again_soon);
+  /// the database's write lock anyway (SQLite has one), so the marks need no hand-off of it.
+  /// Returns how many were written (0 if none waited or the write failed).
+  std::size_t write_waiting(sql::Connection& conn);
+  /// `at_once`: a write_waiting() call follows at once (a poller draining a backlog), so full
+  /// batches are left to it for up to a window; false: full batches are written here at once.
+  void expect_writer(bool at_once);
   /// Writes every mark still waiting and stops the thread. Idempotent.
   void stop();
 
@@ -64,12 +66,12 @@ class DoneFlusher {
 
   Options options_;
   OnBatch on_batch_;
-  std::mutex mutex_;  // guards pending_, first_at_, taken_at_, stop_
+  std::mutex mutex_;  // guards pending_, first_at_, writer_expected_since_, stop_
   std::condition_variable ready_;
   std::vector<std::string> pending_;
   std::chrono::steady_clock::time_point first_at_;
-  // The last write_waiting() call that said it comes back at once.
-  std::chrono::steady_clock::time_point taken_at_;
+  // Since when a write_waiting() call is expected at once (expect_writer(true)), if one is.
+  std::optional<std::chrono::steady_clock::time_point> writer_expected_since_;
   bool stop_ = false;
   std::thread thread_;
 };
