@@ -306,6 +306,7 @@ void LeaseManager::expire_untrusted(std::vector<Change>& changes) {
 }
 
 void LeaseManager::tick() {
+  const sql::WritesFirst first;  // a renewal held back past the ttl loses the lease
   std::vector<Change> changes;
   {
     std::lock_guard db(db_mutex_);

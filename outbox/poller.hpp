@@ -70,8 +70,8 @@ class OutboxPollerHandler {
   /// last handle_all().
   virtual void begin_cycle(PollCycle& /*cycle*/) {}
   virtual void end_cycle(PollCycle& /*cycle*/) {}
-  /// Called with the cycle's connection before its query: work that needs the database's write
-  /// lock is cheaper done here, by the thread about to take it anyway, than by another thread.
+  /// Called with the cycle's connection before a claim (claim locking): work that needs the
+  /// database's write lock is cheaper done here, by the thread about to take it anyway.
   virtual void before_query(sql::Connection& /*conn*/) {}
   /// Called when the cycle's claim is done (a staged hand-over may still run): `next_at_once`,
   /// the next cycle follows without waiting (a full page, no failure).

@@ -46,6 +46,7 @@ void DoneFlusher::stop() {
 }
 
 void DoneFlusher::loop() {
+  const sql::WritesFirst first;  // marks held back keep events in memory and delay delivery
   std::unique_lock lock(mutex_);
   for (;;) {
     ready_.wait(lock, [&] { return stop_ || !pending_.empty(); });
