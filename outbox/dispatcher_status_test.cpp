@@ -200,10 +200,13 @@ TEST_F(DispatcherTest, AFullDoneBatchIsWrittenAtOnceAfterAPollCycleThatDoesNotDr
   o.done_batch_max = 2;
   OutboxDispatcher d(o);
   d.start();
+  // A claiming poller writes the waiting marks before its claim (a poll without claims is a read
+  // and leaves them to the flusher).
   OutboxPoller poller({.connection_provider = pool,
                        .store = store,
                        .handler = std::make_shared<DispatcherPollerHandler>(d),
-                       .interval = std::chrono::hours(1)});
+                       .interval = std::chrono::hours(1),
+                       .claim_locking = ClaimLocking{"marks", std::chrono::hours(1)}});
   d.enqueue_hot(queued(committed("A", "f1")));
   ASSERT_TRUE(wait_until([&] { return calls.load() == 1; }));
   EXPECT_EQ(poller.poll(), 0);  // writes f1's mark on the poll's connection

@@ -142,7 +142,19 @@ TEST_P(Debezium, LogicalDecodingSeesInsertOnlyRowsWithTheirTraceAndNothingRolled
   EXPECT_EQ(count("dbz-bulk-"), 0) << all;
   EXPECT_EQ(count(prefix + "UPDATE:"), 0) << all;
   EXPECT_EQ(count(prefix + "DELETE:"), 1) << all;  // the emptied table's row
-  EXPECT_EQ(count("BEGIN"), 1) << all;             // the rolled-back transaction is not there
+  // The rolled-back transaction is not there: one transaction touched the table. Other tests'
+  // transactions in the same database (ctest runs two at a time) appear as their own BEGINs.
+  int ours = 0;
+  bool touched = false;
+  for (const auto& c : changes) {
+    if (c.rfind("BEGIN", 0) == 0) {
+      touched = false;
+    } else if (c.rfind(prefix, 0) == 0 && !touched) {
+      touched = true;
+      ++ours;
+    }
+  }
+  EXPECT_EQ(ours, 1) << all;
   EXPECT_EQ(count("rolled"), 0) << all;
   EXPECT_EQ(count("dbz-binary"), 0) << all;
   // What the router reads: id, key, routing field, payload and the trace in Properties text.
