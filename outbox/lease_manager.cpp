@@ -6,6 +6,7 @@
 #include "outbox/envelope.hpp"
 #include "outbox/errors.hpp"
 #include "outbox/internal/periodic_worker.hpp"
+#include "outbox/internal/writes_first.hpp"
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
 #include "outbox/sql/connection.hpp"
@@ -306,7 +307,7 @@ void LeaseManager::expire_untrusted(std::vector<Change>& changes) {
 }
 
 void LeaseManager::tick() {
-  const sql::WritesFirst first;  // a renewal held back past the ttl loses the lease
+  const outbox::internal::WritesFirst first;  // a renewal held back past the ttl loses the lease
   std::vector<Change> changes;
   {
     std::lock_guard db(db_mutex_);

@@ -8,6 +8,7 @@
 #include "outbox/dispatcher.hpp"
 #include "outbox/internal/hand_over_stage.hpp"
 #include "outbox/internal/periodic_worker.hpp"
+#include "outbox/internal/writes_first.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
@@ -304,7 +305,7 @@ OutboxPoller::HandOver OutboxPoller::hand_over(const std::vector<OutboxEvent>& r
 }
 
 int OutboxPoller::run_cycle(bool background) {
-  const sql::WritesFirst first;  // its claims and DONE marks
+  const outbox::internal::WritesFirst first;  // its claims and DONE marks
   const int handed = cycle_once(background);
   // Only a next cycle that follows at once may be left the DONE marks waiting (it writes them
   // before its claim on SQLite); after a short page, a failure or close nobody comes back soon.

@@ -3,6 +3,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "outbox/internal/writes_first.hpp"
 #include "outbox/log.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/store.hpp"
@@ -30,7 +31,8 @@ void ClaimHeartbeat::stop() {
 }
 
 void ClaimHeartbeat::loop() {
-  const sql::WritesFirst first;  // a renewal held back past the claim timeout means duplicates
+  const outbox::internal::WritesFirst
+      first;  // a renewal held back past the claim timeout means duplicates
   const auto period =
       std::max<std::chrono::milliseconds>(options_.claim_timeout / 4, std::chrono::milliseconds(1));
   // A connection of its own where the provider can make one: borrowing from a pool that busy

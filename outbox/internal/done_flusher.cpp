@@ -1,6 +1,7 @@
 #include "outbox/internal/done_flusher.hpp"
 
 #include "outbox/errors.hpp"
+#include "outbox/internal/writes_first.hpp"
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
 #include "outbox/sql/connection.hpp"
@@ -46,7 +47,8 @@ void DoneFlusher::stop() {
 }
 
 void DoneFlusher::loop() {
-  const sql::WritesFirst first;  // marks held back keep events in memory and delay delivery
+  const outbox::internal::WritesFirst
+      first;  // marks held back keep events in memory and delay delivery
   std::unique_lock lock(mutex_);
   for (;;) {
     ready_.wait(lock, [&] { return stop_ || !pending_.empty(); });

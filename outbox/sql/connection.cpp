@@ -4,23 +4,6 @@
 #include <cctype>
 
 namespace outbox::sql {
-
-namespace {
-thread_local bool t_writes_first = false;  // inside a WritesFirst scope
-}  // namespace
-
-WritesFirst::WritesFirst() : outer_(t_writes_first) {
-  t_writes_first = true;
-}
-
-WritesFirst::~WritesFirst() {
-  t_writes_first = outer_;
-}
-
-bool WritesFirst::active() {
-  return t_writes_first;
-}
-
 namespace {
 
 // Words that start, end or partly undo a transaction in some engine's SQL. Matched as whole

@@ -27,23 +27,6 @@ struct NetworkTimeouts {
   std::chrono::milliseconds io{30000};
 };
 
-/// While it lives, the calling thread's writes go before those of the process's other threads
-/// where the engine queues its writers (SQLite): for the outbox's threads that write now and then
-/// (the DONE flusher, the poller's claims, claim and lease renewals), which threads writing in a
-/// loop would otherwise keep waiting. Nests.
-class WritesFirst {
- public:
-  WritesFirst();
-  ~WritesFirst();
-  WritesFirst(const WritesFirst&) = delete;
-  WritesFirst& operator=(const WritesFirst&) = delete;
-  /// True on a thread inside a WritesFirst scope.
-  static bool active();
-
- private:
-  bool outer_;
-};
-
 /// One database connection. Not thread-safe: one thread at a time. Errors throw outbox::StoreError.
 class Connection {
  public:

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "outbox/errors.hpp"
+#include "outbox/internal/writes_first.hpp"
 #include "outbox/log.hpp"
 
 namespace outbox::sqlite {
@@ -32,7 +33,7 @@ class WriteGate {
     if (owner_.load() == std::this_thread::get_id()) {
       return false;  // held through another connection: that one releases it
     }
-    const bool first = sql::WritesFirst::active();
+    const bool first = outbox::internal::WritesFirst::active();
     if ((first || waiting_first_.load() == 0) && free_.try_acquire()) {
       owner_ = std::this_thread::get_id();
       return true;
