@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <map>
+#include <mutex>
+
 #include "outbox/errors.hpp"
+#include "outbox/in_flight_tracker.hpp"
 #include "outbox/interceptor.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/metrics.hpp"
@@ -187,6 +192,76 @@ TEST_F(DispatcherTest, APollCycleWritesTheWaitingDoneMarksOnItsConnectionBeforeI
   EXPECT_EQ(metrics->snapshot().dispatch_success, 2);
   poller.close();
   d.close();
+}
+
+// Counts releases per id; throws on the n-th release when asked (a user's tracker may).
+class CountingTracker final : public InFlightTracker {
+ public:
+  explicit CountingTracker(int throw_on_call = -1) : throw_on_call_(throw_on_call) {}
+  bool try_acquire(std::string_view id) override { return inner_.try_acquire(id); }
+  void release(std::string_view id) override {
+    std::lock_guard lock(mutex_);
+    if (++calls_ == throw_on_call_) {
+      throw std::runtime_error("tracker down");
+    }
+    ++released_[std::string(id)];
+    inner_.release(id);
+  }
+  bool contains(std::string_view id) const override { return inner_.contains(id); }
+  std::map<std::string, int> released() {
+    std::lock_guard lock(mutex_);
+    return released_;
+  }
+
+ private:
+  int throw_on_call_;
+  std::mutex mutex_;
+  int calls_ = 0;
+  std::map<std::string, int> released_;
+  DefaultInFlightTracker inner_;
+};
+
+// A batch of written marks is settled in chunks of 64 ids under one lock hold each: every id is
+// released once whatever the batch's size, and what a throwing tracker let through is counted.
+TEST_F(DispatcherTest, WrittenDoneMarksAreSettledOnceEachAndCountedWhenATrackerThrows) {
+  std::array<std::atomic<int>, 2> calls{};
+  for (const int throw_on : {-1, 3}) {
+    SCOPED_TRACE(throw_on);
+    const int k = throw_on < 0 ? 0 : 1;
+    const std::string type = k == 0 ? "A" : "B";
+    listeners->register_listener(EventType::of(type),
+                                 [&calls, k](const EventEnvelope&) { ++calls[k]; });
+    auto tracker = std::make_shared<CountingTracker>(throw_on);
+    auto o = options();
+    o.worker_count = 1;
+    o.in_flight_tracker = tracker;
+    o.done_batch_window = std::chrono::hours(1);
+    o.done_batch_max = 1000;
+    const auto before = metrics->snapshot().dispatch_success;
+    const int done_before = count(EventStatus::Done);
+    OutboxDispatcher d(o);
+    d.start();
+    OutboxPoller poller({.connection_provider = pool,
+                         .store = store,
+                         .handler = std::make_shared<DispatcherPollerHandler>(d),
+                         .interval = std::chrono::hours(1),
+                         .claim_locking = ClaimLocking{"marks", std::chrono::hours(1)}});
+    const int n = throw_on < 0 ? 129 : 5;  // three chunks; or one whose third release throws
+    for (int i = 0; i < n; ++i) {
+      d.enqueue_hot(queued(committed(type, type + std::to_string(i))));
+    }
+    ASSERT_TRUE(wait_until([&] { return calls[k].load() == n; }));
+    poller.poll();  // writes the marks, then settles them (the poller's cycle catches a throw)
+    EXPECT_EQ(count(EventStatus::Done) - done_before, n);
+    const auto released = tracker->released();
+    EXPECT_EQ(static_cast<int>(released.size()), throw_on < 0 ? n : 2);
+    for (const auto& [id, times] : released) {
+      EXPECT_EQ(times, 1) << id;
+    }
+    EXPECT_EQ(metrics->snapshot().dispatch_success - before, throw_on < 0 ? n : 2);
+    poller.close();
+    d.close();
+  }
 }
 
 // Found by the hostile round on the staged hand-over: after any poll cycle the flusher left full
