@@ -755,7 +755,8 @@ void OutboxDispatcher::on_done_batch(const std::vector<std::string>& ids, bool w
   // events, chunks 210–230 ms. Chunks, not one hold: the workers wait for the queue meanwhile.
   constexpr std::size_t kChunk = 64;
   std::size_t forgotten = 0;
-  // Written marks are counted even when an in-flight tracker throws partway (as one per id did).
+  // Written marks are counted even when an in-flight tracker throws partway, as they were when
+  // each id took the lock alone.
   const auto count = [&] {
     for (std::size_t i = 0; written && i < forgotten; ++i) {
       options_.metrics->increment_dispatch_success();
