@@ -27,6 +27,17 @@ using testing::DispatcherTest;
 using testing::Gate;
 using testing::wait_until;
 
+// A poller with claim locking that runs only when polled: each poll() writes the DONE marks
+// waiting for the flusher before its claim.
+OutboxPoller::Options polled_by_hand(std::shared_ptr<sql::ConnectionProvider> pool,
+                                     std::shared_ptr<OutboxStore> store, OutboxDispatcher& d) {
+  return {.connection_provider = std::move(pool),
+          .store = std::move(store),
+          .handler = std::make_shared<DispatcherPollerHandler>(d),
+          .interval = std::chrono::hours(1),
+          .claim_locking = ClaimLocking{"marks", std::chrono::hours(1)}};
+}
+
 TEST_F(DispatcherTest, UnroutableGoesDeadOnceWithoutCountingAnAttempt) {
   OutboxDispatcher d(options());
   d.start();
@@ -176,11 +187,7 @@ TEST_F(DispatcherTest, APollCycleWritesTheWaitingDoneMarksOnItsConnectionBeforeI
   o.done_batch_max = 100;
   OutboxDispatcher d(o);
   d.start();
-  OutboxPoller poller({.connection_provider = pool,
-                       .store = store,
-                       .handler = std::make_shared<DispatcherPollerHandler>(d),
-                       .interval = std::chrono::hours(1),
-                       .claim_locking = ClaimLocking{"marks", std::chrono::hours(1)}});
+  OutboxPoller poller(polled_by_hand(pool, store, d));
   d.enqueue_hot(queued(committed("A", "m1")));
   d.enqueue_hot(queued(committed("A", "m2")));
   ASSERT_TRUE(wait_until([&] { return calls.load() == 2; }));
@@ -241,11 +248,7 @@ TEST_F(DispatcherTest, WrittenDoneMarksAreSettledOnceEachAndCountedWhenATrackerT
     const int done_before = count(EventStatus::Done);
     OutboxDispatcher d(o);
     d.start();
-    OutboxPoller poller({.connection_provider = pool,
-                         .store = store,
-                         .handler = std::make_shared<DispatcherPollerHandler>(d),
-                         .interval = std::chrono::hours(1),
-                         .claim_locking = ClaimLocking{"marks", std::chrono::hours(1)}});
+    OutboxPoller poller(polled_by_hand(pool, store, d));
     const int n = throw_on < 0 ? 129 : 5;  // three chunks; or one whose third release throws
     for (int i = 0; i < n; ++i) {
       d.enqueue_hot(queued(committed(type, type + std::to_string(i))));
@@ -277,11 +280,7 @@ TEST_F(DispatcherTest, AFullDoneBatchIsWrittenAtOnceAfterAPollCycleThatDoesNotDr
   d.start();
   // A claiming poller writes the waiting marks before its claim (a poll without claims is a read
   // and leaves them to the flusher).
-  OutboxPoller poller({.connection_provider = pool,
-                       .store = store,
-                       .handler = std::make_shared<DispatcherPollerHandler>(d),
-                       .interval = std::chrono::hours(1),
-                       .claim_locking = ClaimLocking{"marks", std::chrono::hours(1)}});
+  OutboxPoller poller(polled_by_hand(pool, store, d));
   d.enqueue_hot(queued(committed("A", "f1")));
   ASSERT_TRUE(wait_until([&] { return calls.load() == 1; }));
   EXPECT_EQ(poller.poll(), 0);  // writes f1's mark on the poll's connection
