@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "outbox/clock.hpp"
@@ -84,6 +85,16 @@ class GroupStore {
   virtual std::vector<GroupScanRow> scan(sql::Connection& conn,
                                          const std::vector<GroupScanRange>& ranges,
                                          Timestamp now) = 0;
+  /// The first `rows_each` pending rows of each partition in `partitions`, in insert order,
+  /// partition after partition, in one statement (schema version 9's index). Read from a
+  /// partition's start, a group's rows among them are its oldest, head first.
+  virtual std::vector<GroupScanRow> front(sql::Connection& conn, const std::vector<int>& partitions,
+                                          int rows_each, Timestamp now) = 0;
+  /// The first `per_group` pending rows of each (partition, group) in `groups`, in insert order,
+  /// group after group, in one statement.
+  virtual std::vector<GroupScanRow> runs(sql::Connection& conn,
+                                         const std::vector<std::pair<int, std::string>>& groups,
+                                         int per_group, Timestamp now) = 0;
   /// Those of `groups` that have a pending row without a partition yet.
   virtual std::vector<std::string> unassigned(sql::Connection& conn,
                                               const std::vector<std::string>& groups) = 0;

@@ -136,6 +136,12 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table,
     step(8, "rows stored in insert order (MariaDB rebuilds the table)");
     engine.cluster_by_insert_order(conn, table);
   }
+  // Version 9: grouped rows indexed per partition in insert order (a claim reads the oldest
+  // groups' heads there).
+  if (result.from < 9) {
+    step(9, "grouped rows indexed in insert order");
+    engine.create_group_schema(conn, table);
+  }
   if (result.from == 0) {
     // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)
     // still cannot fail on the key.

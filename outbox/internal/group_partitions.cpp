@@ -30,6 +30,11 @@ constexpr int kAssignPerCycle = 500;
 constexpr int kIdleFollowUps = 8;
 // Groups asked about (blocked? waiting for a partition?) at least per statement while picking.
 constexpr int kMinGroupsAsked = 128;
+// Rows read from each held partition's front (its first rows in insert order) per claim: the heads
+// of its oldest groups, a row or two each when groups interleave.
+constexpr int kFrontRows = 16;
+// Every this many claims, one reads every held partition in key order instead of the fronts.
+constexpr unsigned kSweepEvery = 4;
 
 }  // namespace
 
@@ -185,12 +190,13 @@ std::vector<std::pair<int, LeaseToken>> GroupPartitions::held_partitions() const
 }
 
 std::vector<GroupPartitions::Run> GroupPartitions::runs_of(sql::Connection& conn,
-                                                           const std::vector<GroupScanRow>& rows) {
+                                                           const std::vector<GroupScanRow>& rows,
+                                                           std::size_t from, bool front) {
   // A key read in a partition that is not its own was numbered wrongly by its writer: its rows
   // are moved to their partition (claimed from there later), never delivered from here.
   std::vector<Run> runs;
   std::vector<std::string> misplaced;
-  for (std::size_t i = 0; i < rows.size();) {
+  for (std::size_t i = from; i < rows.size();) {
     const auto& head = rows[i];
     std::size_t end = i;
     while (end < rows.size() && rows[end].partition == head.partition &&
@@ -202,13 +208,102 @@ std::vector<GroupPartitions::Run> GroupPartitions::runs_of(sql::Connection& conn
       misplaced.push_back(head.message_group);
     }
     const bool busy = dispatcher_->group_busy(head.message_group);
-    runs.push_back({.begin = i, .end = end, .candidate = own && head.due && !busy, .moving = busy});
+    runs.push_back({.begin = i,
+                    .end = end,
+                    .candidate = own && head.due && !busy,
+                    .moving = busy,
+                    .front = front});
     i = end;
   }
   for (const auto& group : misplaced) {
     options_.store->repartition(conn, group);
   }
   return runs;
+}
+
+std::vector<std::pair<int, LeaseToken>> GroupPartitions::clogged(
+    sql::Connection& conn, const std::vector<std::pair<int, LeaseToken>>& held,
+    const std::vector<GroupScanRow>& rows, const std::vector<Run>& runs) {
+  std::unordered_map<int, int> read;
+  for (const auto& row : rows) {
+    ++read[row.partition];
+  }
+  // The candidates of full fronts, asked about at once: a front full of blocked groups' rows
+  // hides the groups behind them as surely as one full of rows that are not due.
+  std::unordered_map<int, std::vector<std::string>> candidates;
+  std::vector<std::string> asked;
+  for (const auto& run : runs) {
+    const auto& head = rows[run.begin];
+    if (run.candidate && read[head.partition] >= kFrontRows) {
+      candidates[head.partition].push_back(head.message_group);
+      asked.push_back(head.message_group);
+    }
+  }
+  std::unordered_set<std::string> blocked;
+  for (std::size_t from = 0; from < asked.size(); from += kMinGroupsAsked) {
+    const std::vector<std::string> chunk(
+        asked.begin() + static_cast<std::ptrdiff_t>(from),
+        asked.begin() + static_cast<std::ptrdiff_t>(std::min(asked.size(), from + kMinGroupsAsked)));
+    for (auto& g : options_.store->blocked(conn, chunk)) {
+      blocked.insert(std::move(g));
+    }
+  }
+  std::vector<std::pair<int, LeaseToken>> out;
+  for (const auto& [number, token] : held) {
+    if (read[number] < kFrontRows) {
+      continue;  // read to its end: nothing behind
+    }
+    const auto it = candidates.find(number);
+    const bool moves = it != candidates.end() &&
+                       std::any_of(it->second.begin(), it->second.end(),
+                                   [&](const std::string& g) { return !blocked.contains(g); });
+    if (!moves) {
+      out.emplace_back(number, token);
+    }
+  }
+  return out;
+}
+
+void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks, int limit,
+                                Timestamp now) {
+  std::vector<std::pair<int, std::string>> groups;
+  for (const auto& p : picks) {
+    if (p.front) {
+      groups.emplace_back(p.partition, p.group);
+    }
+  }
+  std::unordered_map<std::string_view, std::vector<const GroupScanRow*>> rows_of;
+  const auto rows = options_.store->runs(conn, groups, options_.per_group, now);
+  for (const auto& row : rows) {
+    rows_of[row.message_group].push_back(&row);
+  }
+  int left = limit;
+  std::vector<Pick> kept;
+  for (auto& p : picks) {
+    if (p.front) {
+      const auto it = rows_of.find(p.group);
+      // The head seen in the front, still the group's first pending row: otherwise it moved
+      // (an operator skipped it, another node took the partition) and the next cycle looks again.
+      if (it == rows_of.end() || it->second.front()->event_id != p.ids.front()) {
+        continue;
+      }
+      p.ids.clear();
+      for (const auto* row : it->second) {
+        if (!row->due || static_cast<int>(p.ids.size()) >= std::min(options_.per_group, left)) {
+          break;
+        }
+        p.ids.push_back(row->event_id);
+      }
+    } else if (static_cast<int>(p.ids.size()) > left) {
+      p.ids.resize(static_cast<std::size_t>(left));
+    }
+    if (p.ids.empty()) {
+      continue;
+    }
+    left -= static_cast<int>(p.ids.size());
+    kept.push_back(std::move(p));
+  }
+  picks = std::move(kept);
 }
 
 bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToken>>& held,
@@ -316,7 +411,7 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
       if (skip.contains(group)) {
         continue;
       }
-      Pick p{rows[run.begin].partition, group, {}};
+      Pick p{rows[run.begin].partition, group, {}, run.front};
       // A row not yet due (delayed, or a retry) holds back the rows behind it.
       for (std::size_t i = run.begin;
            i < run.end && rows[i].due && static_cast<int>(p.ids.size()) < options_.per_group &&
@@ -324,6 +419,10 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
            ++i) {
         p.ids.push_back(rows[i].event_id);
         ++wanted;
+      }
+      if (run.front) {
+        // Its rows behind the head are read before the claim: counted as a whole run.
+        wanted += std::max(0, options_.per_group - static_cast<int>(p.ids.size()));
       }
       run.moving = true;
       picks.push_back(std::move(p));
@@ -363,7 +462,7 @@ int GroupPartitions::page_size(const std::vector<std::pair<int, LeaseToken>>& he
 GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   options_.store->assign_partitions(conn, kAssignPerCycle);
   // Enough work for the running groups and as many waiting their turn, no more: a group held
-  // here is skipped by every scan until it is done, so holding many groups makes scans read
+  // here is skipped by every read until it is done, so holding many groups makes reads pass
   // their rows for nothing (and holds memory).
   const auto enough = held_bound();
   const auto held_now = dispatcher_->grouped_held();
@@ -376,39 +475,89 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   if (held.empty()) {
     return {};
   }
-  const int budget = std::max(
-      kMinScanBudget, static_cast<int>(std::min(kMaxRowsPerClaim, rows_per_claim_ * 1.5) * limit));
-  const int per_partition = page_size(held, budget);
-  std::vector<GroupScanRange> ranges;
-  for (const auto& [number, token] : held) {
-    ranges.push_back({number, cursors_[static_cast<std::size_t>(number)], per_partition});
-  }
   // Read now, not as the cycle began: a row committed while this node's earlier statements of the
-  // cycle waited (on SQLite behind the writer's lock) would look not yet due, and the cursor would
-  // pass its group until the scan came round again.
+  // cycle waited (on SQLite behind the writer's lock) would look not yet due, and its group
+  // would be passed over.
   const auto now = options_.clock->now();
-  const auto rows = options_.store->scan(conn, ranges, now);
-  auto runs = runs_of(conn, rows);
-  const auto picks = pick(conn, rows, runs, limit);
-  const bool pages_full = advance_cursors(held, rows, runs, per_partition);
+  // Each partition's front holds the heads of its oldest groups: taken first, the claim's rows
+  // and their DONE marks share pages (heads picked from groups read in key order sat two to a
+  // page: SQLite's claim cost 25 µs an event, 6–10 from the oldest heads). A front that shows
+  // nothing able to move (a blocked group's rows, a delayed head, a group running here) hides
+  // what lies behind it: those partitions are also read in key order, a bounded page from each
+  // one's cursor on, and their groups compete with the fronts' by due time. Every few claims one
+  // reads every partition in key order instead: groups behind old ones that keep moving (failing
+  // and retrying, say) are seen there, and a head due longer goes first, as everywhere.
+  std::vector<GroupScanRow> rows;
+  std::vector<Run> runs;
+  std::vector<std::pair<int, LeaseToken>> scanned = held;
+  if (++claims_ % kSweepEvery != 0) {
+    std::vector<int> numbers;
+    for (const auto& [number, token] : held) {
+      numbers.push_back(number);
+    }
+    rows = options_.store->front(conn, numbers, kFrontRows, now);
+    std::stable_sort(rows.begin(), rows.end(), [](const GroupScanRow& a, const GroupScanRow& b) {
+      return std::tie(a.partition, a.message_group) < std::tie(b.partition, b.message_group);
+    });
+    runs = runs_of(conn, rows, 0, true);
+    scanned = clogged(conn, held, rows, runs);
+  }
+  int per_partition = 0;
+  const std::size_t front_runs = runs.size();
+  if (!scanned.empty()) {
+    const int budget =
+        std::max(kMinScanBudget,
+                 static_cast<int>(std::min(kMaxRowsPerClaim, rows_per_claim_ * 1.5) * limit));
+    per_partition = page_size(scanned, budget);
+    std::vector<GroupScanRange> ranges;
+    for (const auto& [number, token] : scanned) {
+      ranges.push_back({number, cursors_[static_cast<std::size_t>(number)], per_partition});
+    }
+    const std::size_t from = rows.size();
+    for (auto& row : options_.store->scan(conn, ranges, now)) {
+      rows.push_back(std::move(row));
+    }
+    auto more = runs_of(conn, rows, from, false);
+    // A group in both reads is taken from the scan, which has more of its rows.
+    std::unordered_set<std::string_view> in_scan;
+    for (const auto& run : more) {
+      in_scan.insert(rows[run.begin].message_group);
+    }
+    for (std::size_t r = 0; r < front_runs; ++r) {
+      if (in_scan.contains(rows[runs[r].begin].message_group)) {
+        runs[r].candidate = false;
+      }
+    }
+    runs.insert(runs.end(), more.begin(), more.end());
+  }
+  auto picks = pick(conn, rows, runs, limit);
+  bool pages_full = false;
+  if (!scanned.empty()) {
+    const std::vector<Run> of_scan(runs.begin() + static_cast<std::ptrdiff_t>(front_runs),
+                                   runs.end());
+    pages_full = advance_cursors(scanned, rows, of_scan, per_partition);
+  }
+  read_runs(conn, picks, limit, now);
   std::vector<std::string> ids;
   std::unordered_set<int> claimed_in;
   for (const auto& p : picks) {
     ids.insert(ids.end(), p.ids.begin(), p.ids.end());
     claimed_in.insert(p.partition);
   }
-  // Rows read per row claimed, counting the rows the cursors now pass (a candidate not reached
-  // is read again).
-  std::size_t examined = 0;
-  for (const auto& run : runs) {
-    if (!run.candidate || run.reached) {
-      examined += run.end - run.begin;
+  if (!scanned.empty()) {
+    // Rows the scan read per row claimed, counting the rows the cursors now pass (a candidate not
+    // reached is read again).
+    std::size_t examined = 0;
+    for (std::size_t r = front_runs; r < runs.size(); ++r) {
+      if (!runs[r].candidate || runs[r].reached) {
+        examined += runs[r].end - runs[r].begin;
+      }
     }
+    const double ratio = ids.empty()
+                             ? kMaxRowsPerClaim
+                             : static_cast<double>(examined) / static_cast<double>(ids.size());
+    rows_per_claim_ = std::clamp((rows_per_claim_ + ratio) / 2, 1.0, kMaxRowsPerClaim);
   }
-  const double ratio = ids.empty()
-                           ? kMaxRowsPerClaim
-                           : static_cast<double>(examined) / static_cast<double>(ids.size());
-  rows_per_claim_ = std::clamp((rows_per_claim_ + ratio) / 2, 1.0, kMaxRowsPerClaim);
   const bool filled = static_cast<int>(ids.size()) >= limit;
   if (ids.empty()) {
     // Pages came back full of groups that cannot move (busy, blocked, not due): read on at once,

@@ -57,8 +57,10 @@ class GroupPartitions {
   /// True while this node may deliver events of `partition` (held, not being handed back).
   bool held(int partition) const;
   /// The poller's claim: due group heads and up to per_group rows behind each, in the partitions
-  /// held, at most `limit` rows; one bounded scan of every held partition and one fenced claim.
-  /// Due means due when the scan starts (after this node's other statements of the cycle).
+  /// held, at most `limit` rows, the oldest heads first: read from each held partition's front
+  /// (its first rows in insert order), from a bounded scan in key order where a front shows
+  /// nothing that can move, and one fenced claim. Due means due when the reads start (after this
+  /// node's other statements of the cycle).
   GroupClaim claim(sql::Connection& conn, int limit);
   /// A group stopped being held by the dispatcher: wakes the poller (its next events, or another
   /// group's now that there is room, may be claimed).
@@ -71,6 +73,7 @@ class GroupPartitions {
     int partition;
     std::string group;
     std::vector<std::string> ids;
+    bool front = false;  // from a front: the rows behind its head are read before the claim
   };
   // One group's rows in a scan (rows[begin, end), head first).
   struct Run {
@@ -79,18 +82,29 @@ class GroupPartitions {
     bool candidate;        // its own partition, not busy here, head due
     bool reached = false;  // looked at by pick: picked, or found blocked or waiting
     bool moving = false;   // running here, or picked by this claim
+    bool front = false;    // read from a partition's front: its head and perhaps a few behind
   };
   void balance();
   // Rows per partition for the next scan of `held`, to read about `budget` rows in all.
   int page_size(const std::vector<std::pair<int, LeaseToken>>& held, int budget) const;
   // The partitions held and deliverable, with their leases.
   std::vector<std::pair<int, LeaseToken>> held_partitions() const;
-  // The runs of a scan, in scan order; a group read in a partition that is not its own is
-  // repartitioned (and is no candidate).
-  std::vector<Run> runs_of(sql::Connection& conn, const std::vector<GroupScanRow>& rows);
+  // The runs of rows[from, rows.size()) (grouped by partition and group, each head first), in
+  // that order; a group read in a partition that is not its own is repartitioned (and is no
+  // candidate).
+  std::vector<Run> runs_of(sql::Connection& conn, const std::vector<GroupScanRow>& rows,
+                           std::size_t from, bool front);
+  // The partitions among `held` whose front came back full without a group that can move (each
+  // run of it busy, not due, or blocked): what lies behind is read by a scan in key order.
+  std::vector<std::pair<int, LeaseToken>> clogged(
+      sql::Connection& conn, const std::vector<std::pair<int, LeaseToken>>& held,
+      const std::vector<GroupScanRow>& rows, const std::vector<Run>& runs);
+  // Reads the rows behind the head of each pick from a front (up to per_group, while due) and
+  // keeps at most `limit` rows in all, in pick order; a group whose head moved since is dropped.
+  void read_runs(sql::Connection& conn, std::vector<Pick>& picks, int limit, Timestamp now);
   // The due heads of candidate groups neither blocked nor waiting for a partition, the head due
-  // longest first, and up to per_group rows behind each, at most `limit` rows; marks the runs
-  // reached, and those picked moving.
+  // longest first, and up to per_group rows behind each, at most `limit` rows (a front's group
+  // counted as per_group); marks the runs reached, and those picked moving.
   std::vector<Pick> pick(sql::Connection& conn, const std::vector<GroupScanRow>& rows,
                          std::vector<Run>& runs, int limit);
   // Moves each scanned partition's cursor past what was looked at and notes what it read; true
@@ -120,6 +134,7 @@ class GroupPartitions {
   // Rows each partition's last scan read; -1: its page came back full, or not read yet.
   std::array<int, kMessageGroupPartitions> last_read_{};
   int idle_follow_ups_ = 0;   // cycles in a row that read full pages and claimed nothing
+  unsigned claims_ = 0;       // claims that read partitions
   bool followed_up_ = false;  // the last claim asked for the next cycle at once
   std::mutex stop_mutex_;     // guards started_, stopped_, released_
   bool started_ = false;

@@ -1,8 +1,10 @@
 #include "outbox/sql/group_store.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "outbox/envelope.hpp"
 #include "outbox/internal/event_row.hpp"
@@ -144,6 +146,31 @@ int SqlGroupStore::assign_partitions(Connection& conn, int limit) {
   return assigned;
 }
 
+void SqlGroupStore::select_scan_row(Statement& s, Timestamp now) const {
+  s.sql("SELECT event_id, message_group, partition_no, CASE WHEN available_at <= ")
+      .now(now)
+      .sql(" THEN 1 ELSE 0 END AS due, " + dialect_.group_order_column() + " AS seq, " +
+           dialect_.micros("available_at") + " AS due_at FROM " + table_ + " WHERE " +
+           dialect_.group_pending_filter());
+}
+
+namespace {
+
+std::vector<GroupScanRow> scan_rows(const Statement& s, Connection& conn) {
+  std::vector<GroupScanRow> out;
+  for (const auto& row : s.query(conn)) {
+    out.push_back({.event_id = row.get_text(0),
+                   .message_group = row.get_text(1),
+                   .partition = static_cast<int>(row.get_int(2)),
+                   .due = row.get_int(3) == 1,
+                   .seq = row.is_null(4) ? 0 : row.get_int(4),
+                   .due_at = row.get_int(5)});
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
                                               const std::vector<GroupScanRange>& ranges,
                                               Timestamp now) {
@@ -162,11 +189,9 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
     if (r.partition != empty_key_partition) {
       continue;
     }
-    s.sql("SELECT * FROM (SELECT event_id, message_group, partition_no, CASE WHEN available_at <= ")
-        .now(now)
-        .sql(" THEN 1 ELSE 0 END AS due, " + dialect_.group_order_column() + " AS seq, " +
-             dialect_.micros("available_at") + " AS due_at FROM " + table_ + " WHERE " +
-             dialect_.group_pending_filter() + " AND partition_no = ")
+    s.sql("SELECT * FROM (");
+    select_scan_row(s, now);
+    s.sql(" AND partition_no = ")
         .param(std::int64_t{r.partition})
         .sql(" AND message_group = '' ORDER BY " + dialect_.group_order_column() + " LIMIT " +
              std::to_string(std::max(1, r.limit)) + ") e");
@@ -175,11 +200,8 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
   for (std::size_t i = 0; i < ranges.size(); ++i, ++arm) {
     const auto& r = ranges[i];
     s.sql(arm == 0 ? "SELECT * FROM (" : " UNION ALL SELECT * FROM (");
-    s.sql("SELECT event_id, message_group, partition_no, CASE WHEN available_at <= ")
-        .now(now)
-        .sql(" THEN 1 ELSE 0 END AS due, " + dialect_.group_order_column() + " AS seq, " +
-             dialect_.micros("available_at") + " AS due_at FROM " + table_ + " WHERE " +
-             dialect_.group_pending_filter() + " AND partition_no = ")
+    select_scan_row(s, now);
+    s.sql(" AND partition_no = ")
         .param(std::int64_t{r.partition})
         .sql(" AND message_group > ")
         .param(r.after_group);  // '' when none (empty keys: the arm above)
@@ -189,16 +211,55 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
     s.sql(" ORDER BY message_group, " + dialect_.group_order_column() + " LIMIT " +
           std::to_string(std::max(1, r.limit)) + ") p" + std::to_string(i));
   }
-  std::vector<GroupScanRow> out;
-  for (const auto& row : s.query(conn)) {
-    out.push_back({.event_id = row.get_text(0),
-                   .message_group = row.get_text(1),
-                   .partition = static_cast<int>(row.get_int(2)),
-                   .due = row.get_int(3) == 1,
-                   .seq = row.is_null(4) ? 0 : row.get_int(4),
-                   .due_at = row.get_int(5)});
+  return scan_rows(s, conn);
+}
+
+std::vector<GroupScanRow> SqlGroupStore::front(Connection& conn, const std::vector<int>& partitions,
+                                               int rows_each, Timestamp now) {
+  if (partitions.empty()) {
+    return {};
   }
-  return out;
+  // Each arm reads the head of one partition's write-order index; the text depends only on how
+  // many partitions and rows, so it is prepared once.
+  Statement s = statement();
+  for (std::size_t i = 0; i < partitions.size(); ++i) {
+    s.sql(i == 0 ? "SELECT * FROM (" : " UNION ALL SELECT * FROM (");
+    select_scan_row(s, now);
+    s.sql(" AND partition_no = ")
+        .param(std::int64_t{partitions[i]})
+        .sql(" ORDER BY " + dialect_.group_order_column() + " LIMIT " +
+             std::to_string(std::max(1, rows_each)) + ") f" + std::to_string(i));
+  }
+  return scan_rows(s, conn);
+}
+
+std::vector<GroupScanRow> SqlGroupStore::runs(
+    Connection& conn, const std::vector<std::pair<int, std::string>>& groups, int per_group,
+    Timestamp now) {
+  if (groups.empty()) {
+    return {};
+  }
+  // As many arms as the next power of two (the last group read again, its rows dropped below):
+  // the text then repeats and is prepared once per size.
+  const std::size_t arms = std::bit_ceil(groups.size());
+  Statement s = statement();
+  for (std::size_t i = 0; i < arms; ++i) {
+    const auto& [partition, group] = groups[std::min(i, groups.size() - 1)];
+    s.sql(i == 0 ? "SELECT * FROM (" : " UNION ALL SELECT * FROM (");
+    select_scan_row(s, now);
+    s.sql(" AND partition_no = ")
+        .param(std::int64_t{partition})
+        .sql(" AND message_group = ")
+        .param(group)
+        .sql(" ORDER BY " + dialect_.group_order_column() + " LIMIT " +
+             std::to_string(std::max(1, per_group)) + ") r" + std::to_string(i));
+  }
+  auto rows = scan_rows(s, conn);
+  if (arms > groups.size()) {
+    std::unordered_set<std::string> seen;
+    std::erase_if(rows, [&](const GroupScanRow& r) { return !seen.insert(r.event_id).second; });
+  }
+  return rows;
 }
 
 std::vector<std::string> SqlGroupStore::unassigned(Connection& conn,

@@ -22,6 +22,11 @@ class SqlGroupStore final : public GroupStore {
   int assign_partitions(Connection& conn, int limit) override;
   std::vector<GroupScanRow> scan(Connection& conn, const std::vector<GroupScanRange>& ranges,
                                  Timestamp now) override;
+  std::vector<GroupScanRow> front(Connection& conn, const std::vector<int>& partitions,
+                                  int rows_each, Timestamp now) override;
+  std::vector<GroupScanRow> runs(Connection& conn,
+                                 const std::vector<std::pair<int, std::string>>& groups,
+                                 int per_group, Timestamp now) override;
   std::vector<std::string> blocked(Connection& conn,
                                    const std::vector<std::string>& groups) override;
   int repartition(Connection& conn, const std::string& group) override;
@@ -56,6 +61,9 @@ class SqlGroupStore final : public GroupStore {
   int kill_group(Connection& conn, const std::string& message_group, const std::string& error,
                  Timestamp now, std::optional<std::int64_t> after = std::nullopt);
   void unblock(Connection& conn, const std::string& message_group);
+  // "SELECT event_id, message_group, partition_no, due, seq, due_at FROM table WHERE " pending
+  // and grouped: the columns a GroupScanRow is read from, up to the rest of the WHERE.
+  void select_scan_row(Statement& s, Timestamp now) const;
 
   const Dialect& dialect_;
   std::string table_;

@@ -247,7 +247,8 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
   // partition and group in insert order, which is what a claim of group heads walks.
   const std::string pending = table + "_pending";
   const auto def =
-      conn.query("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = '" + pending + "'");
+      conn.query("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = '" + pending +
+                 "' COLLATE NOCASE");
   if (def.empty() || def[0].get_text(0).find("message_group") == std::string::npos) {
     conn.execute("DROP INDEX IF EXISTS " + pending);
     conn.execute("CREATE INDEX " + pending + " ON " + table + " (created_at, event_id) WHERE " +
@@ -257,6 +258,11 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
   // halved the scan's time on a backlog.
   conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_groups ON " + table +
                " (partition_no, message_group, stream_seq, available_at, event_id) WHERE " +
+               sql::pending_statuses() + " AND message_group IS NOT NULL");
+  // Each partition's rows in insert order (schema version 9): its first rows are the oldest
+  // groups' heads, which a claim takes first so that its rows, and their DONE marks, share pages.
+  conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_groups_front ON " + table +
+               " (partition_no, stream_seq, message_group, available_at, event_id) WHERE " +
                sql::pending_statuses() + " AND message_group IS NOT NULL");
   // Instants in microseconds since the epoch, on the host's clock.
   conn.execute("CREATE TABLE IF NOT EXISTS " + sql::group_block_table_name(table) +
