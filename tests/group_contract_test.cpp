@@ -159,6 +159,58 @@ TEST_P(GroupContract, AScanReadsAPartitionGroupByGroupInInsertOrderAndResumesAft
   EXPECT_TRUE(scan_ids(8).empty() || message_group_partition(sorted[0]) != 8);
 }
 
+// A partition's front is its first pending rows in insert order, whatever their keys: each
+// group's rows there are its oldest, head first. Runs are each group's first rows, group after
+// group, in the order asked (padded statements return no row twice).
+TEST_P(GroupContract, AFrontIsAPartitionsFirstRowsInInsertOrderAndRunsAreEachGroupsFirstRows) {
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < 3; ++i) {
+    const std::string key = "f" + std::to_string(i);
+    if (message_group_partition(key) == 9) {
+      keys.push_back(key);
+    }
+  }
+  // Written interleaved, the last key first: insert order differs from key order.
+  std::vector<std::string> written;
+  for (int n = 0; n < 4; ++n) {
+    for (auto k = keys.rbegin(); k != keys.rend(); ++k) {
+      written.push_back(*k + "-" + std::to_string(n));
+      write({grouped(written.back(), *k)});
+    }
+  }
+  write({grouped("other-0", "elsewhere")});
+  const int other = message_group_partition("elsewhere");
+  auto conn = pool_->acquire();
+  const auto now = Clock::system()->now();
+  std::vector<std::string> front;
+  for (const auto& r : groups_->front(*conn, {9}, 5, now)) {
+    front.push_back(r.event_id);
+    EXPECT_EQ(r.partition, 9);
+    EXPECT_TRUE(r.due);
+  }
+  EXPECT_EQ(front, std::vector<std::string>(written.begin(), written.begin() + 5));
+  // Several partitions: one after the other, each its own rows.
+  if (other != 9) {
+    std::vector<std::string> both;
+    for (const auto& r : groups_->front(*conn, {other, 9}, 2, now)) {
+      both.push_back(r.event_id);
+    }
+    EXPECT_EQ(both, (std::vector<std::string>{"other-0", written[0], written[1]}));
+  }
+  // Runs: 3 groups ask for 4 arms (padded); each group's first rows, once, in the order asked.
+  std::vector<std::string> run_ids;
+  for (const auto& r : groups_->runs(*conn, {{9, keys[0]}, {9, keys[2]}, {9, keys[1]}}, 3, now)) {
+    run_ids.push_back(r.event_id);
+  }
+  EXPECT_EQ(run_ids, (std::vector<std::string>{keys[0] + "-0", keys[0] + "-1", keys[0] + "-2",
+                                               keys[2] + "-0", keys[2] + "-1", keys[2] + "-2",
+                                               keys[1] + "-0", keys[1] + "-1", keys[1] + "-2"}));
+  // A group in the wrong partition has no run there; DONE rows leave the front.
+  EXPECT_TRUE(groups_->runs(*conn, {{9, "elsewhere"}}, 3, now).empty() || other == 9);
+  store_->mark_done(*conn, written[0], now);
+  EXPECT_EQ(groups_->front(*conn, {9}, 1, now).at(0).event_id, written[1]);
+}
+
 TEST_P(GroupContract, AClaimNeedsThePartitionLeaseLiveInTheDatabase) {
   write({grouped("e1", "acct-9"), grouped("e2", "acct-9")});
   const int p = message_group_partition("acct-9");

@@ -402,6 +402,30 @@ TEST_P(GroupOutbox, ManyBlockedGroupsDoNotHideTheGroupsThatCanMove) {
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
 
+// A blocked group's 200 rows fill the front of its partition (its first rows in insert order):
+// groups written after them in that partition are read in key order behind the front and
+// delivered, not hidden until the rows ahead of them are gone.
+TEST_P(GroupOutbox, GroupsBehindAFrontThatCannotMoveAreDelivered) {
+  auto& a = node("node-a", GroupFailurePolicy::Block, 1);
+  fail_ = [](const EventEnvelope& e) { return *e.message_group() == "stuck"; };
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return a.partitions_held() == kMessageGroupPartitions; }));
+  insert_rows(a, {"stuck"}, 200);
+  auto conn = a.pool->acquire();
+  ASSERT_TRUE(wait_until([&] { return a.groups->stats(*conn).blocked == 1; }));
+  std::vector<std::string> behind;
+  for (int i = 0; behind.size() < 3; ++i) {
+    const std::string key = "behind-" + std::to_string(i);
+    if (message_group_partition(key) == message_group_partition("stuck")) {
+      behind.push_back(key);
+    }
+  }
+  insert_rows(a, behind, 5);
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(5) == behind.size(); }))
+      << ledger_.complete_groups(5) << " of " << behind.size() << " groups behind the blocked one";
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+}
+
 // Another client writes groups (in several partitions) oldest last in key order; one group runs
 // at a time and a cycle has room for two: groups start in write order, not in key or partition
 // order (groups written together then run together, and the oldest work goes first).
@@ -471,9 +495,8 @@ TEST_P(GroupOutbox, OlderGroupsThatKeepFailingDoNotStarveTheGroupsWrittenAfterTh
   std::printf("[ figures ] %s: 10 new groups behind 3,000 failing ones complete in %.2f s\n",
               GetParam().name.c_str(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  ASSERT_TRUE(done)
-      << ledger_.complete_groups(5) << " of 10 new groups complete, " << failures.load()
-      << " failures";
+  ASSERT_TRUE(done) << ledger_.complete_groups(5) << " of 10 new groups complete, "
+                    << failures.load() << " failures";
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
   a.outbox->close();  // before `failures` goes
 }

@@ -243,7 +243,8 @@ std::vector<std::pair<int, LeaseToken>> GroupPartitions::clogged(
   for (std::size_t from = 0; from < asked.size(); from += kMinGroupsAsked) {
     const std::vector<std::string> chunk(
         asked.begin() + static_cast<std::ptrdiff_t>(from),
-        asked.begin() + static_cast<std::ptrdiff_t>(std::min(asked.size(), from + kMinGroupsAsked)));
+        asked.begin() +
+            static_cast<std::ptrdiff_t>(std::min(asked.size(), from + kMinGroupsAsked)));
     for (auto& g : options_.store->blocked(conn, chunk)) {
       blocked.insert(std::move(g));
     }

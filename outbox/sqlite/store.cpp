@@ -246,9 +246,8 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
   // Grouped rows leave the claim order of the pending index: their own index holds them per
   // partition and group in insert order, which is what a claim of group heads walks.
   const std::string pending = table + "_pending";
-  const auto def =
-      conn.query("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = '" + pending +
-                 "' COLLATE NOCASE");
+  const auto def = conn.query("SELECT sql FROM sqlite_master WHERE type = 'index' AND name = '" +
+                              pending + "' COLLATE NOCASE");
   if (def.empty() || def[0].get_text(0).find("message_group") == std::string::npos) {
     conn.execute("DROP INDEX IF EXISTS " + pending);
     conn.execute("CREATE INDEX " + pending + " ON " + table + " (created_at, event_id) WHERE " +
