@@ -85,9 +85,12 @@ class GroupStore {
   virtual std::vector<GroupScanRow> scan(sql::Connection& conn,
                                          const std::vector<GroupScanRange>& ranges,
                                          Timestamp now) = 0;
+  /// True when front() reads an index of its own (schema version 9, SQLite): claims then read
+  /// each partition's front; elsewhere front() works but reads through settled rows.
+  virtual bool has_fronts() const = 0;
   /// The first `rows_each` pending rows of each partition in `partitions`, in insert order,
-  /// partition after partition, in one statement (schema version 9's index). Read from a
-  /// partition's start, a group's rows among them are its oldest, head first.
+  /// partition after partition, in one statement: a group's rows among them are its oldest, head
+  /// first.
   virtual std::vector<GroupScanRow> front(sql::Connection& conn, const std::vector<int>& partitions,
                                           int rows_each, Timestamp now) = 0;
   /// The first `per_group` pending rows of each (partition, group) in `groups`, in insert order,

@@ -205,6 +205,20 @@ TEST_P(GroupContract, AFrontIsAPartitionsFirstRowsInInsertOrderAndRunsAreEachGro
   EXPECT_EQ(run_ids, (std::vector<std::string>{keys[0] + "-0", keys[0] + "-1", keys[0] + "-2",
                                                keys[2] + "-0", keys[2] + "-1", keys[2] + "-2",
                                                keys[1] + "-0", keys[1] + "-1", keys[1] + "-2"}));
+  // More groups than one statement may hold (SQLite: 500 arms): all of them, in order.
+  std::vector<EventEnvelope> many;
+  std::vector<std::pair<int, std::string>> asked;
+  for (int g = 0; g < 300; ++g) {
+    const std::string key = "many-" + std::to_string(g);
+    many.push_back(grouped(key + "-0", key));
+    asked.emplace_back(message_group_partition(key), key);
+  }
+  write(many);
+  const auto all = groups_->runs(*conn, asked, 2, now);
+  ASSERT_EQ(all.size(), 300u);
+  for (int g = 0; g < 300; ++g) {
+    EXPECT_EQ(all[static_cast<std::size_t>(g)].event_id, "many-" + std::to_string(g) + "-0");
+  }
   // A group in the wrong partition has no run there; DONE rows leave the front.
   EXPECT_TRUE(groups_->runs(*conn, {{9, "elsewhere"}}, 3, now).empty() || other == 9);
   store_->mark_done(*conn, written[0], now);

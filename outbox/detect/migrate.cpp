@@ -136,9 +136,9 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table,
     step(8, "rows stored in insert order (MariaDB rebuilds the table)");
     engine.cluster_by_insert_order(conn, table);
   }
-  // Version 9: grouped rows indexed per partition in insert order (a claim reads the oldest
-  // groups' heads there).
-  if (result.from < 9) {
+  // Version 9: grouped rows indexed per partition in insert order where claims read the oldest
+  // groups' heads there (SQLite: sql::Dialect::group_fronts).
+  if (result.from < 9 && dialect.group_fronts()) {
     step(9, "grouped rows indexed in insert order");
     engine.create_group_schema(conn, table);
   }

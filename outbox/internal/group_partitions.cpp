@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
@@ -92,6 +93,7 @@ GroupPartitions::GroupPartitions(Options options) : options_(std::move(options))
     partitions_.push_back(std::make_unique<Partition>(*this, p));
   }
   last_read_.fill(-1);
+  front_run_ = options_.per_group;
   thread_ = std::make_unique<PeriodicWorker>(
       "group partitions", [this] { balance(); },
       [this] { return std::max(std::chrono::milliseconds(50), options_.leases->ttl() / 5); });
@@ -280,6 +282,8 @@ void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks,
   }
   int left = limit;
   std::vector<Pick> kept;
+  double runs_read = 0;
+  int whole_runs = 0;  // front groups read to their end or to per_group, not cut by the limit
   for (auto& p : picks) {
     if (p.front) {
       const auto it = rows_of.find(p.group);
@@ -289,11 +293,16 @@ void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks,
         continue;
       }
       p.ids.clear();
+      const int room = std::min(options_.per_group, left);
       for (const auto* row : it->second) {
-        if (!row->due || static_cast<int>(p.ids.size()) >= std::min(options_.per_group, left)) {
+        if (!row->due || static_cast<int>(p.ids.size()) >= room) {
           break;
         }
         p.ids.push_back(row->event_id);
+      }
+      if (room == options_.per_group) {
+        runs_read += static_cast<double>(p.ids.size());
+        ++whole_runs;
       }
     } else if (static_cast<int>(p.ids.size()) > left) {
       p.ids.resize(static_cast<std::size_t>(left));
@@ -305,6 +314,9 @@ void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks,
     kept.push_back(std::move(p));
   }
   picks = std::move(kept);
+  if (whole_runs > 0) {
+    front_run_ = (front_run_ + runs_read / whole_runs) / 2;
+  }
 }
 
 bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToken>>& held,
@@ -422,8 +434,11 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
         ++wanted;
       }
       if (run.front) {
-        // Its rows behind the head are read before the claim: counted as a whole run.
-        wanted += std::max(0, options_.per_group - static_cast<int>(p.ids.size()));
+        // Its rows behind the head are read before the claim: counted as long as front groups'
+        // runs have turned out lately (as per_group, one-row groups took a tenth of the room).
+        const int expected =
+            std::clamp(static_cast<int>(std::ceil(front_run_)), 1, options_.per_group);
+        wanted += std::max(0, expected - static_cast<int>(p.ids.size()));
       }
       run.moving = true;
       picks.push_back(std::move(p));
@@ -480,7 +495,8 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   // cycle waited (on SQLite behind the writer's lock) would look not yet due, and its group
   // would be passed over.
   const auto now = options_.clock->now();
-  // Each partition's front holds the heads of its oldest groups: taken first, the claim's rows
+  // Where the engine indexes them (SQLite), each partition's front holds the heads of its oldest
+  // groups: taken first, the claim's rows
   // and their DONE marks share pages (heads picked from groups read in key order sat two to a
   // page: SQLite's claim cost 25 µs an event, 6–10 from the oldest heads). A front that shows
   // nothing able to move (a blocked group's rows, a delayed head, a group running here) hides
@@ -491,7 +507,7 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   std::vector<GroupScanRow> rows;
   std::vector<Run> runs;
   std::vector<std::pair<int, LeaseToken>> scanned = held;
-  if (++claims_ % kSweepEvery != 0) {
+  if (options_.store->has_fronts() && ++claims_ % kSweepEvery != 0) {
     std::vector<int> numbers;
     for (const auto& [number, token] : held) {
       numbers.push_back(number);

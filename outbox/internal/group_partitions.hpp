@@ -131,6 +131,7 @@ class GroupPartitions {
   // The poller's own: where each partition's next scan resumes.
   std::array<std::string, kMessageGroupPartitions> cursors_;
   double rows_per_claim_ = 20;  // rows the recent scans read per row they could claim
+  double front_run_ = 0;        // rows the recent front groups' runs had (per_group at first)
   // Rows each partition's last scan read; -1: its page came back full, or not read yet.
   std::array<int, kMessageGroupPartitions> last_read_{};
   int idle_follow_ups_ = 0;   // cycles in a row that read full pages and claimed nothing

@@ -209,11 +209,7 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
                " AND message_group IS NOT NULL, 1, NULL)) STORED, "
                "ADD INDEX IF NOT EXISTS " +
                derived_name(table, "_groups") +
-               " (group_pending, partition_no, message_group, stream_id), "
-               // Each partition's rows in insert order (schema version 9): its first rows are the
-               // oldest groups' heads, which a claim takes first.
-               "ADD INDEX IF NOT EXISTS " +
-               derived_name(table, "_groups_front") + " (group_pending, partition_no, stream_id)");
+               " (group_pending, partition_no, message_group, stream_id)");
   // Grouped rows leave the claim order of the pending index.
   const auto expr = conn.query(
       "SELECT GENERATION_EXPRESSION FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "

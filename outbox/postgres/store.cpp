@@ -137,13 +137,6 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
                " (partition_no, message_group, stream_seq) WHERE " + sql::pending_statuses() +
                " AND message_group IS NOT NULL");
   require_index(conn, table, groups);
-  // Each partition's rows in insert order (schema version 9): its first rows are the oldest
-  // groups' heads, which a claim takes first.
-  const std::string front = derived_name(table, "_groups_front");
-  conn.execute("CREATE INDEX IF NOT EXISTS " + front + " ON " + table +
-               " (partition_no, stream_seq) WHERE " + sql::pending_statuses() +
-               " AND message_group IS NOT NULL");
-  require_index(conn, table, front);
   conn.execute("CREATE TABLE IF NOT EXISTS " + sql::group_block_table_name(table) +
                " (message_group TEXT PRIMARY KEY, event_id TEXT NOT NULL, "
                "partition_no SMALLINT, blocked_at TIMESTAMPTZ NOT NULL, "

@@ -70,6 +70,11 @@ class Dialect {
   /// that orders a group's rows (insert order).
   virtual std::string group_pending_filter() const;
   virtual std::string group_order_column() const { return "stream_seq"; }
+  /// True when grouped rows are also indexed per partition in insert order (schema version 9) and
+  /// a claim reads each partition's front there. Only where settled rows leave that index at once
+  /// (SQLite): PostgreSQL's index keeps them until a vacuum and InnoDB's until its purge, and a
+  /// front read through them cost more than the locality it gave.
+  virtual bool group_fronts() const { return false; }
   /// The instant a terminal row's retention counts from, and the condition selecting terminal rows.
   virtual std::string terminal_column() const { return "COALESCE(done_at, created_at)"; }
   virtual std::string terminal_filter() const;

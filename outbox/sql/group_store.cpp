@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <iterator>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -236,30 +237,34 @@ std::vector<GroupScanRow> SqlGroupStore::front(Connection& conn, const std::vect
 std::vector<GroupScanRow> SqlGroupStore::runs(
     Connection& conn, const std::vector<std::pair<int, std::string>>& groups, int per_group,
     Timestamp now) {
-  if (groups.empty()) {
-    return {};
+  // In statements of at most 128 arms (SQLite allows 500 in a compound SELECT), each padded to a
+  // power of two (the last group read again, its rows dropped below): the texts then repeat and
+  // are prepared once per size.
+  constexpr std::size_t kMaxArms = 128;
+  std::vector<GroupScanRow> out;
+  for (std::size_t from = 0; from < groups.size(); from += kMaxArms) {
+    const std::size_t n = std::min(kMaxArms, groups.size() - from);
+    const std::size_t arms = std::bit_ceil(n);
+    Statement s = statement();
+    for (std::size_t i = 0; i < arms; ++i) {
+      const auto& [partition, group] = groups[from + std::min(i, n - 1)];
+      s.sql(i == 0 ? "SELECT * FROM (" : " UNION ALL SELECT * FROM (");
+      select_scan_row(s, now);
+      s.sql(" AND partition_no = ")
+          .param(std::int64_t{partition})
+          .sql(" AND message_group = ")
+          .param(group)
+          .sql(" ORDER BY message_group, " + dialect_.group_order_column() + " LIMIT " +
+               std::to_string(std::max(1, per_group)) + ") r" + std::to_string(i));
+    }
+    auto rows = scan_rows(s, conn);
+    if (arms > n) {
+      std::unordered_set<std::string> seen;
+      std::erase_if(rows, [&](const GroupScanRow& r) { return !seen.insert(r.event_id).second; });
+    }
+    std::move(rows.begin(), rows.end(), std::back_inserter(out));
   }
-  // As many arms as the next power of two (the last group read again, its rows dropped below):
-  // the text then repeats and is prepared once per size.
-  const std::size_t arms = std::bit_ceil(groups.size());
-  Statement s = statement();
-  for (std::size_t i = 0; i < arms; ++i) {
-    const auto& [partition, group] = groups[std::min(i, groups.size() - 1)];
-    s.sql(i == 0 ? "SELECT * FROM (" : " UNION ALL SELECT * FROM (");
-    select_scan_row(s, now);
-    s.sql(" AND partition_no = ")
-        .param(std::int64_t{partition})
-        .sql(" AND message_group = ")
-        .param(group)
-        .sql(" ORDER BY " + dialect_.group_order_column() + " LIMIT " +
-             std::to_string(std::max(1, per_group)) + ") r" + std::to_string(i));
-  }
-  auto rows = scan_rows(s, conn);
-  if (arms > groups.size()) {
-    std::unordered_set<std::string> seen;
-    std::erase_if(rows, [&](const GroupScanRow& r) { return !seen.insert(r.event_id).second; });
-  }
-  return rows;
+  return out;
 }
 
 std::vector<std::string> SqlGroupStore::unassigned(Connection& conn,

@@ -22,6 +22,7 @@ class SqlGroupStore final : public GroupStore {
   int assign_partitions(Connection& conn, int limit) override;
   std::vector<GroupScanRow> scan(Connection& conn, const std::vector<GroupScanRange>& ranges,
                                  Timestamp now) override;
+  bool has_fronts() const override { return dialect_.group_fronts(); }
   std::vector<GroupScanRow> front(Connection& conn, const std::vector<int>& partitions,
                                   int rows_each, Timestamp now) override;
   std::vector<GroupScanRow> runs(Connection& conn,

@@ -26,6 +26,7 @@ class SqliteDialect final : public sql::Dialect {
     return "CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)";
   }
   bool has_bytes_column() const override { return false; }
+  bool group_fronts() const override { return true; }
   std::string insert_ignore(const std::string& into_values, const std::string&) const override {
     return "INSERT OR IGNORE " + into_values;
   }
