@@ -496,9 +496,9 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   // would be passed over.
   const auto now = options_.clock->now();
   // Where the engine indexes them (SQLite), each partition's front holds the heads of its oldest
-  // groups: taken first, the claim's rows
-  // and their DONE marks share pages (heads picked from groups read in key order sat two to a
-  // page: SQLite's claim cost 25 µs an event, 6–10 from the oldest heads). A front that shows
+  // groups: taken first, the claim's rows and their DONE marks share pages (heads picked from
+  // groups read in key order sat two to a page: SQLite's claim cost 25 µs an event, 6–10 from
+  // the oldest heads). A front that shows
   // nothing able to move (a blocked group's rows, a delayed head, a group running here) hides
   // what lies behind it: those partitions are also read in key order, a bounded page from each
   // one's cursor on, and their groups compete with the fronts' by due time. Every few claims one
