@@ -442,6 +442,23 @@ TEST_P(GroupContract, PartitionNumbersOtherClientsGotWrongAreCorrected) {
   EXPECT_TRUE(scan_ids(wrong).empty());
 }
 
+// Fronts are read on SQLite only, and only from a table that has their index: one at schema
+// version 8 (index dropped, version row set back) is claimed in key order until migrated to 9.
+TEST_P(GroupContract, FrontsAreReadOnlyWhereTheirIndexIs) {
+  auto conn = pool_->acquire();
+  if (!engine_is("sqlite")) {
+    EXPECT_FALSE(groups_->has_fronts());
+    return;
+  }
+  EXPECT_TRUE(groups_->has_fronts());
+  migrate(*conn, table_);
+  conn->execute("DROP INDEX " + table_ + "_groups_front");
+  conn->execute("UPDATE outbox_schema_version SET version = 8 WHERE table_name = '" + table_ + "'");
+  EXPECT_FALSE(detect_group_store(*conn, table_)->has_fronts());
+  EXPECT_EQ(migrate(*conn, table_).from, 8);
+  EXPECT_TRUE(detect_group_store(*conn, table_)->has_fronts());
+}
+
 TEST_P(GroupContract, MigratingAgainChangesNothing) {
   write({grouped("m1", "g"), plain("m2")});
   auto conn = pool_->acquire();

@@ -39,7 +39,16 @@ std::shared_ptr<StreamStore> detect_stream_store(sql::Connection& conn, const st
 std::shared_ptr<GroupStore> detect_group_store(sql::Connection& conn, const std::string& table) {
   const auto& engine = engine_for(conn.dialect());
   // SQLite has no server clock: its statements use the caller's either way.
-  return std::make_shared<sql::SqlGroupStore>(engine.dialect(), table, true);
+  auto store = std::make_shared<sql::SqlGroupStore>(engine.dialect(), table, true);
+  // A table not migrated to version 9 has no index of fronts: read there, each front would sort
+  // its whole partition, so claims read in key order only until `outbox migrate`.
+  if (store->has_fronts() &&
+      conn.query("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = '" + table +
+                 "_groups_front' COLLATE NOCASE")
+          .empty()) {
+    store->without_fronts();
+  }
+  return store;
 }
 
 int schema_version(sql::Connection& conn, const std::string& table) {

@@ -94,7 +94,10 @@ std::string group_block_table_name(const std::string& table) {
 }
 
 SqlGroupStore::SqlGroupStore(const Dialect& dialect, std::string table, bool database_clock)
-    : dialect_(dialect), table_(std::move(table)), database_clock_(database_clock) {
+    : dialect_(dialect),
+      table_(std::move(table)),
+      database_clock_(database_clock),
+      fronts_(dialect.group_fronts()) {
   validate_table_name(table_);
   block_table_ = group_block_table_name(table_);
   lease_table_ = lease_table_name(table_);

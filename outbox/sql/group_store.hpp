@@ -22,7 +22,9 @@ class SqlGroupStore final : public GroupStore {
   int assign_partitions(Connection& conn, int limit) override;
   std::vector<GroupScanRow> scan(Connection& conn, const std::vector<GroupScanRange>& ranges,
                                  Timestamp now) override;
-  bool has_fronts() const override { return dialect_.group_fronts(); }
+  bool has_fronts() const override { return fronts_; }
+  /// Claims read in key order only (the table has no index of fronts yet). Before any use.
+  void without_fronts() { fronts_ = false; }
   std::vector<GroupScanRow> front(Connection& conn, const std::vector<int>& partitions,
                                   int rows_each, Timestamp now) override;
   std::vector<GroupScanRow> runs(Connection& conn,
@@ -71,6 +73,7 @@ class SqlGroupStore final : public GroupStore {
   std::string block_table_;
   std::string lease_table_;
   bool database_clock_;
+  bool fronts_;
   std::string columns_;
 };
 
