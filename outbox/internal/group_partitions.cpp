@@ -29,11 +29,6 @@ constexpr int kMaxScanRows = 65536;
 constexpr int kAssignPerCycle = 500;
 // Cycles run at once after one that claimed nothing but read full pages.
 constexpr int kIdleFollowUps = 8;
-// Groups asked about (blocked? waiting for a partition?) at least per statement while picking.
-constexpr int kMinGroupsAsked = 128;
-// Rows read from each held partition's front (its first rows in insert order) per claim: the heads
-// of its oldest groups, a row or two each when groups interleave.
-constexpr int kFrontRows = 16;
 // Every this many claims, one reads every held partition in key order instead of the fronts.
 constexpr unsigned kSweepEvery = 4;
 
@@ -221,102 +216,6 @@ std::vector<GroupPartitions::Run> GroupPartitions::runs_of(sql::Connection& conn
     options_.store->repartition(conn, group);
   }
   return runs;
-}
-
-std::vector<std::pair<int, LeaseToken>> GroupPartitions::clogged(
-    sql::Connection& conn, const std::vector<std::pair<int, LeaseToken>>& held,
-    const std::vector<GroupScanRow>& rows, const std::vector<Run>& runs) {
-  std::unordered_map<int, int> read;
-  for (const auto& row : rows) {
-    ++read[row.partition];
-  }
-  // The candidates of full fronts, asked about at once: a front full of blocked groups' rows
-  // hides the groups behind them as surely as one full of rows that are not due.
-  std::unordered_map<int, std::vector<std::string>> candidates;
-  std::vector<std::string> asked;
-  for (const auto& run : runs) {
-    const auto& head = rows[run.begin];
-    if (run.candidate && read[head.partition] >= kFrontRows) {
-      candidates[head.partition].push_back(head.message_group);
-      asked.push_back(head.message_group);
-    }
-  }
-  std::unordered_set<std::string> blocked;
-  for (std::size_t from = 0; from < asked.size(); from += kMinGroupsAsked) {
-    const std::vector<std::string> chunk(
-        asked.begin() + static_cast<std::ptrdiff_t>(from),
-        asked.begin() +
-            static_cast<std::ptrdiff_t>(std::min(asked.size(), from + kMinGroupsAsked)));
-    for (auto& g : options_.store->blocked(conn, chunk)) {
-      blocked.insert(std::move(g));
-    }
-  }
-  std::vector<std::pair<int, LeaseToken>> out;
-  for (const auto& [number, token] : held) {
-    if (read[number] < kFrontRows) {
-      continue;  // read to its end: nothing behind
-    }
-    const auto it = candidates.find(number);
-    const bool moves = it != candidates.end() &&
-                       std::any_of(it->second.begin(), it->second.end(),
-                                   [&](const std::string& g) { return !blocked.contains(g); });
-    if (!moves) {
-      out.emplace_back(number, token);
-    }
-  }
-  return out;
-}
-
-void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks, int limit,
-                                Timestamp now) {
-  std::vector<std::pair<int, std::string>> groups;
-  for (const auto& p : picks) {
-    if (p.front) {
-      groups.emplace_back(p.partition, p.group);
-    }
-  }
-  std::unordered_map<std::string_view, std::vector<const GroupScanRow*>> rows_of;
-  const auto rows = options_.store->runs(conn, groups, options_.per_group, now);
-  for (const auto& row : rows) {
-    rows_of[row.message_group].push_back(&row);
-  }
-  int left = limit;
-  std::vector<Pick> kept;
-  double runs_read = 0;
-  int whole_runs = 0;  // front groups read to their end or to per_group, not cut by the limit
-  for (auto& p : picks) {
-    if (p.front) {
-      const auto it = rows_of.find(p.group);
-      // The head seen in the front, still the group's first pending row: otherwise it moved
-      // (an operator skipped it, another node took the partition) and the next cycle looks again.
-      if (it == rows_of.end() || it->second.front()->event_id != p.ids.front()) {
-        continue;
-      }
-      p.ids.clear();
-      const int room = std::min(options_.per_group, left);
-      for (const auto* row : it->second) {
-        if (!row->due || static_cast<int>(p.ids.size()) >= room) {
-          break;
-        }
-        p.ids.push_back(row->event_id);
-      }
-      if (room == options_.per_group) {
-        runs_read += static_cast<double>(p.ids.size());
-        ++whole_runs;
-      }
-    } else if (static_cast<int>(p.ids.size()) > left) {
-      p.ids.resize(static_cast<std::size_t>(left));
-    }
-    if (p.ids.empty()) {
-      continue;
-    }
-    left -= static_cast<int>(p.ids.size());
-    kept.push_back(std::move(p));
-  }
-  picks = std::move(kept);
-  if (whole_runs > 0) {
-    front_run_ = (front_run_ + runs_read / whole_runs) / 2;
-  }
 }
 
 bool GroupPartitions::advance_cursors(const std::vector<std::pair<int, LeaseToken>>& held,

@@ -84,6 +84,11 @@ class GroupPartitions {
     bool moving = false;   // running here, or picked by this claim
     bool front = false;    // read from a partition's front: its head and perhaps a few behind
   };
+  // Groups asked about (blocked? waiting for a partition?) at least per statement.
+  static constexpr int kMinGroupsAsked = 128;
+  // Rows read from each held partition's front (its first rows in insert order) per claim: the
+  // heads of its oldest groups, a row or two each when groups interleave.
+  static constexpr int kFrontRows = 16;
   void balance();
   // Rows per partition for the next scan of `held`, to read about `budget` rows in all.
   int page_size(const std::vector<std::pair<int, LeaseToken>>& held, int budget) const;
