@@ -34,6 +34,18 @@ EventEnvelope plain(const std::string& id) {
   return EventEnvelope::builder(EventType::of("Moved")).event_id(id).payload_json("{}").build();
 }
 
+// The first `n` keys "<prefix><i>" whose partition is `partition`.
+std::vector<std::string> keys_of_partition(const std::string& prefix, int partition,
+                                           std::size_t n) {
+  std::vector<std::string> keys;
+  for (int i = 0; keys.size() < n; ++i) {
+    if (message_group_partition(prefix + std::to_string(i)) == partition) {
+      keys.push_back(prefix + std::to_string(i));
+    }
+  }
+  return keys;
+}
+
 std::vector<std::string> ids_of(const std::vector<OutboxEvent>& rows) {
   std::vector<std::string> out;
   for (const auto& r : rows) {
@@ -117,13 +129,7 @@ TEST_P(GroupContract, ClaimsAndPollsOfUngroupedRowsNeverTakeGroupedOnes) {
 
 TEST_P(GroupContract, AScanReadsAPartitionGroupByGroupInInsertOrderAndResumesAfterAGroup) {
   // Three keys of one partition, written interleaved.
-  std::vector<std::string> keys;
-  for (int i = 0; keys.size() < 3; ++i) {
-    const std::string key = "k" + std::to_string(i);
-    if (message_group_partition(key) == 7) {
-      keys.push_back(key);
-    }
-  }
+  const auto keys = keys_of_partition("k", 7, 3);
   std::vector<EventEnvelope> events;
   for (int n = 0; n < 3; ++n) {
     for (const auto& key : keys) {
@@ -163,13 +169,7 @@ TEST_P(GroupContract, AScanReadsAPartitionGroupByGroupInInsertOrderAndResumesAft
 // group's rows there are its oldest, head first. Runs are each group's first rows, group after
 // group, in the order asked (padded statements return no row twice).
 TEST_P(GroupContract, AFrontIsAPartitionsFirstRowsInInsertOrderAndRunsAreEachGroupsFirstRows) {
-  std::vector<std::string> keys;
-  for (int i = 0; keys.size() < 3; ++i) {
-    const std::string key = "f" + std::to_string(i);
-    if (message_group_partition(key) == 9) {
-      keys.push_back(key);
-    }
-  }
+  const auto keys = keys_of_partition("f", 9, 3);
   // Written interleaved, the last key first: insert order differs from key order.
   std::vector<std::string> written;
   for (int n = 0; n < 4; ++n) {
