@@ -315,6 +315,15 @@ int main(int argc, char** argv) {
       for (const auto& n : l.notes) {
         std::printf("    (%s)\n", n.c_str());
       }
+      for (const auto& i : res.integrity) {
+        std::printf("    database integrity check: %s\n", i.c_str());
+      }
+      if (!res.log_tail.empty()) {
+        std::printf("  the processes' last warnings and errors:\n");
+        for (const auto& line : res.log_tail) {
+          std::printf("    %s\n", line.c_str());
+        }
+      }
       std::fflush(stdout);
       all_ok = all_ok && res.ok();
       results.emplace_back(o, res);

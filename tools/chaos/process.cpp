@@ -44,6 +44,17 @@ void Child::start() {
     // Ctrl-C reaches the harness, which stops the round. Killed with the harness, however it dies.
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    // A stop sent while the program is still loading would end it by the signal's default
+    // action, before it could answer (seen: a relay restarted 0.1 s before the round's end, on a
+    // loaded machine, counted as an unclean stop). Blocked across exec, the signal waits for the
+    // program: the relay takes its stop signals with sigwait, the writer unblocks them once its
+    // handlers are in.
+    sigset_t stops;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigaddset(&stops, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stops, nullptr);
     if (getppid() != parent) {
       _exit(127);
     }

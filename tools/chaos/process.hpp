@@ -21,7 +21,8 @@ class Child {
   Child& operator=(const Child&) = delete;
 
   const std::string& name() const { return name_; }
-  /// Starts it (again). Throws std::runtime_error when fork fails.
+  /// Starts it (again), with SIGTERM, SIGINT and SIGHUP blocked (the program takes them when it
+  /// is ready). Throws std::runtime_error when fork fails.
   void start();
   bool running() const { return pid_ > 0; }
   /// Signals go to its process group (what it started, too). SIGKILL and reap. No-op when not

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <unordered_set>
 
 #include "faults.hpp"
 #include "outbox/detect/detect.hpp"
@@ -148,6 +149,45 @@ std::size_t unread(sql::Connection& conn, const RoundOptions& o) {
 std::size_t pending(sql::Connection& conn, const RoundOptions& o) {
   return static_cast<std::size_t>(
       conn.query("SELECT COUNT(*) FROM " + o.table + " WHERE status IN (0, 2)")[0].get_int(0));
+}
+
+// SQLite: the lines of `PRAGMA integrity_check` other than its "ok".
+std::vector<std::string> integrity_problems(const RoundOptions& o) {
+  auto pool = open_pool(o.db, 1);
+  auto conn = pool->acquire();
+  if (conn->dialect() != "sqlite") {
+    return {};
+  }
+  std::vector<std::string> problems;
+  for (const auto& row : conn->query("PRAGMA integrity_check(20)")) {
+    if (row.get_text(0) != "ok") {
+      problems.push_back(row.get_text(0));
+    }
+  }
+  return problems;
+}
+
+// The last `most` distinct warning and error lines of a process's log (timestamps left out of
+// the comparison), oldest first.
+std::vector<std::string> last_problems(const std::string& log, std::size_t most) {
+  std::ifstream in(log);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find(" error ") != std::string::npos || line.find(" warning ") != std::string::npos ||
+        line.rfind("writer ", 0) == 0) {
+      lines.push_back(line.size() > 300 ? line.substr(0, 300) + "…" : line);
+    }
+  }
+  std::vector<std::string> picked;
+  std::unordered_set<std::string> seen;
+  for (auto it = lines.rbegin(); it != lines.rend() && picked.size() < most; ++it) {
+    const auto space = it->find(' ');
+    const std::string text = space == std::string::npos ? *it : it->substr(space + 1);
+    if (seen.insert(text).second) {
+      picked.push_back(*it);
+    }
+  }
+  return {picked.rbegin(), picked.rend()};
 }
 
 LedgerInput read_ledger(const RoundOptions& o) {
@@ -324,12 +364,22 @@ RoundResult run_round(const RoundOptions& o) {
       }
     }
     in = with_database([&] { return read_ledger(o); });
+    result.integrity = with_database([&] { return integrity_problems(o); });
     in.receipts = receiver.receipts();
     result.ledger = check(in);
     result.faults = faults.applied();
     result.endpoint = receiver.counts();
     result.duplicate_bound = faults.in_flight_at_faults() +
                              relay_exits * configured_in_flight(o.mode) + result.endpoint.stalled;
+    if (!result.ok()) {
+      for (const auto* group : {&relays, &writers}) {
+        for (const auto& c : *group) {
+          for (auto& line : last_problems(o.dir + "/" + c->name() + ".log", 6)) {
+            result.log_tail.push_back(c->name() + ": " + line);
+          }
+        }
+      }
+    }
     if (!result.ok() || o.keep) {
       // Every delivery in arrival order, for the investigation.
       std::ofstream out(o.dir + "/receipts.tsv");

@@ -61,9 +61,14 @@ struct RoundResult {
   double seconds = 0;             ///< the whole round
   double drain_seconds = 0;       ///< from the end of the faults to the last event received
   std::string error;              ///< set when the round could not run
+  /// SQLite: what `PRAGMA integrity_check` found wrong with the file after the round (empty when
+  /// it answered "ok"): a corrupt file explains lost or stuck rows that no outbox logic could.
+  std::vector<std::string> integrity;
+  /// A failed round: each process's last distinct warnings and errors, for the CI log.
+  std::vector<std::string> log_tail;
   bool ok() const {
-    return error.empty() && ledger.clean() && ledger.duplicates <= duplicate_bound &&
-           crashes == 0 && unclean_stops == 0;
+    return error.empty() && integrity.empty() && ledger.clean() &&
+           ledger.duplicates <= duplicate_bound && crashes == 0 && unclean_stops == 0;
   }
 };
 

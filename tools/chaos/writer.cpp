@@ -205,6 +205,12 @@ int run_writer(const WriterOptions& options) {
   sa.sa_handler = on_term;
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  // The harness starts its children with these blocked (a stop sent while loading waits here).
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  sigprocmask(SIG_UNBLOCK, &stops, nullptr);
   try {
     Writer writer(options);
     return writer.run();
