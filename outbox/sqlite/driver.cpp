@@ -4,86 +4,26 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
-#include <mutex>
 #include <optional>
-#include <semaphore>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 
 #include "outbox/errors.hpp"
-#include "outbox/internal/writes_first.hpp"
 #include "outbox/log.hpp"
+#include "outbox/sqlite/internal/wal_checkpointer.hpp"
+#include "outbox/sqlite/internal/wal_guard.hpp"
+#include "outbox/sqlite/internal/write_gate.hpp"
 
 namespace outbox::sqlite {
+
+using internal::WalCheckpointer;
+using internal::WriteGate;
+
 namespace {
-
-// SQLite has one write lock per database and its waiters poll for it (the busy handler sleeps
-// between tries), so the lock sits free while they sleep. The connections of one pool queue on
-// here first: the next writer of the process gets the lock as soon as it is released.
-class WriteGate {
- public:
-  // False when the gate stayed taken for `timeout`; a thread that holds it already never waits.
-  bool take(std::chrono::milliseconds timeout) {
-    if (owner_.load() == std::this_thread::get_id()) {
-      return false;  // held through another connection: that one releases it
-    }
-    const bool first = outbox::internal::WritesFirst::active();
-    if ((first || waiting_first_.load() == 0) && free_.try_acquire()) {
-      owner_ = std::this_thread::get_id();
-      return true;
-    }
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    bool taken;
-    if (first) {
-      waiting_first_.fetch_add(1);
-      taken = free_.try_acquire_until(deadline);
-      waiting_first_.fetch_sub(1);
-      {
-        std::lock_guard lock(mutex_);  // the others check waiting_first_ under it, then wait
-      }
-      served_.notify_all();
-    } else {
-      // A writer that releases the gate takes it again before a woken waiter runs, so threads
-      // writing in a loop (a service's request threads) kept it for seconds from the outbox's
-      // threads that write now and then (SQLite, 4 writers in the poller's process: the DONE
-      // marks waited 3 s, and the poller stopped with its queue full of unmarked events). They
-      // go first: the others wait until none of them waits. Fairness between the others is
-      // not sought: a queue in arrival order cost the writers a third of their rate here.
-      if (waiting_first_.load() != 0) {
-        std::unique_lock lock(mutex_);
-        if (!served_.wait_until(lock, deadline, [&] { return waiting_first_.load() == 0; })) {
-          return false;
-        }
-      }
-      taken = free_.try_acquire_until(deadline);
-    }
-    if (taken) {
-      owner_ = std::this_thread::get_id();
-    }
-    return taken;
-  }
-  void release() {
-    owner_ = std::thread::id();
-    free_.release();
-  }
-
- private:
-  // A semaphore rather than a timed_mutex: ThreadSanitizer does not see the lock
-  // pthread_mutex_clocklock takes (it reported every release as an unlock of an unlocked mutex),
-  // and a mutex with a condition variable handed over a quarter slower (the business transaction
-  // alone, 4 writers: 42,500/s against 53,500–56,500/s with this).
-  std::binary_semaphore free_{1};
-  std::atomic<int> waiting_first_{0};  // WritesFirst threads waiting for the gate
-  std::mutex mutex_;                   // for served_ only
-  std::condition_variable served_;     // waiting_first_ went down
-  std::atomic<std::thread::id> owner_;
-};
 
 // Statements are cached per SQL text; past this many the cache is emptied (multi-row inserts of
 // varying sizes would otherwise grow it without bound).
@@ -195,6 +135,16 @@ class SqliteConnection final : public sql::Connection {
   bool single_writer() const override { return true; }
 
   void set_write_gate(std::shared_ptr<WriteGate> gate) { gate_ = std::move(gate); }
+  sqlite3* handle() const { return db_; }
+
+  // SQLite's automatic checkpoint after a commit of `pages` or more WAL pages, run under the
+  // write lock of a guard (internal/wal_guard.hpp). Only tried once: a write lock held elsewhere
+  // leaves it to the next commit or the pool's checkpointer rather than stall this writer.
+  void guard_checkpoints(const std::string& path, int pages) {
+    wal_guard_ = std::make_unique<internal::WalGuard>(path);
+    wal_pages_ = pages;
+    sqlite3_wal_hook(db_, &SqliteConnection::on_wal_commit, this);
+  }
 
  private:
   // The gate's wait counts against the busy timeout: SQLite's own wait after it gets only what
@@ -408,6 +358,14 @@ class SqliteConnection final : public sql::Connection {
     }
   }
 
+  static int on_wal_commit(void* self, sqlite3* db, const char*, int pages) {
+    auto* c = static_cast<SqliteConnection*>(self);
+    if (pages >= c->wal_pages_) {
+      c->wal_guard_->checkpoint(db, std::chrono::milliseconds(0));
+    }
+    return SQLITE_OK;
+  }
+
   static int on_busy(void* self, int count) {
     auto* c = static_cast<SqliteConnection*>(self);
     const auto now = std::chrono::steady_clock::now();
@@ -431,6 +389,8 @@ class SqliteConnection final : public sql::Connection {
   bool ended_by_error_ = false;  // SQLite rolled back the transaction begun here
   std::chrono::milliseconds busy_timeout_{0};
   std::chrono::steady_clock::time_point busy_since_;
+  std::unique_ptr<internal::WalGuard> wal_guard_;  // set by guard_checkpoints
+  int wal_pages_ = 0;
   struct SqlHash {
     using is_transparent = void;
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
@@ -478,8 +438,16 @@ std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions
     conn->execute("PRAGMA synchronous=NORMAL");
   }
   conn->query("PRAGMA journal_size_limit=" + std::to_string(options.journal_size_limit));
-  conn->query("PRAGMA wal_autocheckpoint=" + std::to_string(options.wal_autocheckpoint));
+  if (options.wal && options.wal_autocheckpoint > 0 && internal::has_wal_reset_bug()) {
+    conn->guard_checkpoints(path, options.wal_autocheckpoint);
+  } else {
+    conn->query("PRAGMA wal_autocheckpoint=" + std::to_string(options.wal_autocheckpoint));
+  }
   return conn;
+}
+
+sqlite3* internal::handle_of(sql::Connection& conn) {
+  return static_cast<SqliteConnection&>(conn).handle();
 }
 
 std::unique_ptr<sql::Connection> wrap(sqlite3* db) {
@@ -490,67 +458,6 @@ std::unique_ptr<sql::Connection> wrap(sqlite3* db) {
 }
 
 namespace {
-
-// Keeps the WAL bounded under constant load: every interval a passive checkpoint, and once the
-// WAL is long, a truncating one that waits (briefly) for readers to move to the newest snapshot.
-class WalCheckpointer {
- public:
-  WalCheckpointer(std::string path, OpenOptions options)
-      : path_(std::move(path)), options_(std::move(options)), thread_([this] { run(); }) {}
-  ~WalCheckpointer() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    thread_.join();
-  }
-  WalCheckpointer(const WalCheckpointer&) = delete;
-  WalCheckpointer& operator=(const WalCheckpointer&) = delete;
-
- private:
-  void run() {
-    std::unique_ptr<sql::Connection> conn;
-    std::unique_lock lock(mutex_);
-    while (!wake_.wait_for(lock, options_.checkpoint_interval, [&] { return stop_; })) {
-      lock.unlock();
-      try {
-        if (!conn) {
-          OpenOptions own = options_;
-          own.create = false;
-          conn = open(path_, own);
-        }
-        const auto frames = conn->query("PRAGMA wal_checkpoint(PASSIVE)");
-        if (!frames.empty() && frames[0].get_int(1) >= options_.checkpoint_pages &&
-            std::chrono::steady_clock::now() >= next_truncate_) {
-          // The truncating checkpoint waits for the readers still on older snapshots, holding
-          // off writers meanwhile: 100 ms first, doubled after each attempt that readers
-          // outlasted, up to 1.6 s; after a blocked attempt writers get as long again before
-          // the next one, so a writer with a busy timeout of 2 s or more always gets through.
-          const auto wait = std::chrono::milliseconds(100L << truncate_failures_);
-          conn->query("PRAGMA busy_timeout=" + std::to_string(wait.count()));
-          const auto result = conn->query("PRAGMA wal_checkpoint(TRUNCATE)");
-          const bool blocked = result.empty() || result[0].get_int(0) != 0;
-          truncate_failures_ = blocked ? std::min(truncate_failures_ + 1, 4) : 0;
-          next_truncate_ = blocked ? std::chrono::steady_clock::now() + wait : next_truncate_;
-        }
-      } catch (const std::exception& e) {
-        conn.reset();  // busy readers or a lost file: try again next time
-        log(LogLevel::Debug, std::string("sqlite: checkpoint skipped: ") + e.what());
-      }
-      lock.lock();
-    }
-  }
-
-  std::string path_;
-  OpenOptions options_;
-  int truncate_failures_ = 0;  // consecutive truncating checkpoints that readers outlasted
-  std::chrono::steady_clock::time_point next_truncate_;  // writers' turn until then
-  std::mutex mutex_;                                     // guards stop_
-  std::condition_variable wake_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 struct CheckpointedPool {
   explicit CheckpointedPool(sql::ConnectionPool::Options pool_options)
@@ -578,7 +485,7 @@ std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& path, std::siz
     return std::make_shared<sql::ConnectionPool>(std::move(pool_options));
   }
   auto holder = std::make_shared<CheckpointedPool>(std::move(pool_options));
-  holder->checkpointer = std::make_unique<WalCheckpointer>(path, options);
+  holder->checkpointer = std::make_unique<WalCheckpointer>(path, options, gate);
   return std::shared_ptr<sql::ConnectionPool>(holder, &holder->pool);
 }
 

@@ -22,11 +22,12 @@ struct OpenOptions {
   std::int64_t journal_size_limit = 64 * 1024 * 1024;
   /// SQLite's automatic checkpoint after a commit, in WAL pages (0: off). It keeps the WAL short:
   /// a pool's writers queue in the process, so the checkpoint a commit runs finishes before the
-  /// next writer starts, which can then begin the WAL again from its start.
+  /// next writer starts, which can then begin the WAL again from its start. With a SQLite that has
+  /// the WAL-reset bug (before 3.51.3) the driver runs it instead, under the write lock.
   int wal_autocheckpoint = 1000;
-  /// make_pool with WAL: how often a background thread checkpoints (0: never). Readers that
-  /// never pause keep the automatic checkpoints from resetting the WAL, which then grows without
-  /// bound; this one waits briefly for them and truncates it.
+  /// make_pool with WAL: how often a background thread checkpoints (0: never), when something was
+  /// committed meanwhile. Readers that never pause keep the automatic checkpoints from resetting
+  /// the WAL, which then grows without bound; this one waits briefly for them and truncates it.
   std::chrono::milliseconds checkpoint_interval{100};
   /// Truncating checkpoints start once the WAL holds this many pages (4 KiB each by default).
   int checkpoint_pages = 4096;
