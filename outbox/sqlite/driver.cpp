@@ -135,13 +135,16 @@ class SqliteConnection final : public sql::Connection {
   bool single_writer() const override { return true; }
 
   void set_write_gate(std::shared_ptr<WriteGate> gate) { gate_ = std::move(gate); }
+  void set_commit_checkpoints(std::shared_ptr<internal::CommitCheckpoints> record) {
+    commit_checkpoints_ = std::move(record);
+  }
   sqlite3* handle() const { return db_; }
 
   // SQLite's automatic checkpoint after a commit of `pages` or more WAL pages, run under the
   // write lock of a guard (internal/wal_guard.hpp). Only tried once: a write lock held elsewhere
   // leaves it to the next commit or the pool's checkpointer rather than stall this writer.
-  void guard_checkpoints(const std::string& path, int pages) {
-    wal_guard_ = std::make_unique<internal::WalGuard>(path);
+  void guard_checkpoints(int pages) {
+    wal_guard_ = std::make_unique<internal::WalGuard>(db_);
     wal_pages_ = pages;
     sqlite3_wal_hook(db_, &SqliteConnection::on_wal_commit, this);
   }
@@ -358,10 +361,14 @@ class SqliteConnection final : public sql::Connection {
     }
   }
 
-  static int on_wal_commit(void* self, sqlite3* db, const char*, int pages) {
+  static int on_wal_commit(void* self, sqlite3* db, const char* schema, int pages) {
     auto* c = static_cast<SqliteConnection*>(self);
     if (pages >= c->wal_pages_) {
-      c->wal_guard_->checkpoint(db, std::chrono::milliseconds(0));
+      const auto frames = c->wal_guard_->checkpoint(db, schema, std::chrono::milliseconds(0));
+      if (frames && c->commit_checkpoints_ && std::string_view(schema) == "main") {
+        c->commit_checkpoints_->log = frames->log;
+        c->commit_checkpoints_->at = std::chrono::steady_clock::now().time_since_epoch().count();
+      }
     }
     return SQLITE_OK;
   }
@@ -389,7 +396,8 @@ class SqliteConnection final : public sql::Connection {
   bool ended_by_error_ = false;  // SQLite rolled back the transaction begun here
   std::chrono::milliseconds busy_timeout_{0};
   std::chrono::steady_clock::time_point busy_since_;
-  std::unique_ptr<internal::WalGuard> wal_guard_;  // set by guard_checkpoints
+  std::unique_ptr<internal::WalGuard> wal_guard_;                    // set by guard_checkpoints
+  std::shared_ptr<internal::CommitCheckpoints> commit_checkpoints_;  // the pool's, if any
   int wal_pages_ = 0;
   struct SqlHash {
     using is_transparent = void;
@@ -438,8 +446,9 @@ std::unique_ptr<sql::Connection> open(const std::string& path, const OpenOptions
     conn->execute("PRAGMA synchronous=NORMAL");
   }
   conn->query("PRAGMA journal_size_limit=" + std::to_string(options.journal_size_limit));
-  if (options.wal && options.wal_autocheckpoint > 0 && internal::has_wal_reset_bug()) {
-    conn->guard_checkpoints(path, options.wal_autocheckpoint);
+  // Whatever options.wal says: the file may be in WAL mode already, or put in it later.
+  if (options.wal_autocheckpoint > 0 && internal::has_wal_reset_bug()) {
+    conn->guard_checkpoints(options.wal_autocheckpoint);
   } else {
     conn->query("PRAGMA wal_autocheckpoint=" + std::to_string(options.wal_autocheckpoint));
   }
@@ -472,11 +481,13 @@ std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& path, std::siz
                                                const OpenOptions& options) {
   const bool checkpointer = options.wal && options.checkpoint_interval.count() > 0;
   auto gate = std::make_shared<WriteGate>();
+  auto commit_checkpoints = std::make_shared<internal::CommitCheckpoints>();
   sql::ConnectionPool::Options pool_options{
       .factory =
-          [path, options, gate] {
+          [path, options, gate, commit_checkpoints] {
             auto conn = open(path, options);
             static_cast<SqliteConnection&>(*conn).set_write_gate(gate);
+            static_cast<SqliteConnection&>(*conn).set_commit_checkpoints(commit_checkpoints);
             return conn;
           },
       .max_size = max_size,
@@ -485,7 +496,7 @@ std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& path, std::siz
     return std::make_shared<sql::ConnectionPool>(std::move(pool_options));
   }
   auto holder = std::make_shared<CheckpointedPool>(std::move(pool_options));
-  holder->checkpointer = std::make_unique<WalCheckpointer>(path, options, gate);
+  holder->checkpointer = std::make_unique<WalCheckpointer>(path, options, gate, commit_checkpoints);
   return std::shared_ptr<sql::ConnectionPool>(holder, &holder->pool);
 }
 

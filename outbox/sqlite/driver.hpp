@@ -23,7 +23,8 @@ struct OpenOptions {
   /// SQLite's automatic checkpoint after a commit, in WAL pages (0: off). It keeps the WAL short:
   /// a pool's writers queue in the process, so the checkpoint a commit runs finishes before the
   /// next writer starts, which can then begin the WAL again from its start. With a SQLite that has
-  /// the WAL-reset bug (before 3.51.3) the driver runs it instead, under the write lock.
+  /// the WAL-reset bug (before 3.51.3) the driver runs it instead, under the write lock (a
+  /// `PRAGMA wal_autocheckpoint` run through the connection puts SQLite's own back).
   int wal_autocheckpoint = 1000;
   /// make_pool with WAL: how often a background thread checkpoints (0: never), when something was
   /// committed meanwhile. Readers that never pause keep the automatic checkpoints from resetting

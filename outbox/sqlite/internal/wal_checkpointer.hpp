@@ -25,7 +25,9 @@ sqlite3* handle_of(sql::Connection& conn);
 /// guard's write lock (wal_guard.hpp). Stops (joins its thread) on destruction.
 class WalCheckpointer {
  public:
-  WalCheckpointer(std::string path, OpenOptions options, std::shared_ptr<WriteGate> gate);
+  /// `commits`: what the pool's commits checkpointed (a recent one stands for this round's).
+  WalCheckpointer(std::string path, OpenOptions options, std::shared_ptr<WriteGate> gate,
+                  std::shared_ptr<const CommitCheckpoints> commits);
   ~WalCheckpointer();
   WalCheckpointer(const WalCheckpointer&) = delete;
   WalCheckpointer& operator=(const WalCheckpointer&) = delete;
@@ -39,10 +41,12 @@ class WalCheckpointer {
   std::string path_;
   OpenOptions options_;
   std::shared_ptr<WriteGate> gate_;  // the pool's
-  int truncate_failures_ = 0;        // consecutive truncating checkpoints that readers outlasted
+  std::shared_ptr<const CommitCheckpoints> commits_;
+  int truncate_failures_ = 0;  // consecutive truncating checkpoints that readers outlasted
   std::chrono::steady_clock::time_point next_truncate_;  // writers' turn until then
   std::optional<std::int64_t> settled_;  // data_version when a checkpoint left nothing to do
-  std::mutex mutex_;                     // guards stop_
+  bool long_wal_ = false;  // the WAL held checkpoint_pages or more at the last checkpoint
+  std::mutex mutex_;       // guards stop_
   std::condition_variable wake_;
   bool stop_ = false;
   std::thread thread_;

@@ -3,10 +3,18 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <atomic>
+#include <filesystem>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "outbox/internal/writes_first.hpp"
 #include "outbox/sqlite/driver.hpp"
+#include "outbox/sqlite/internal/write_gate.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace {
@@ -158,9 +166,9 @@ TEST(SqliteWalGuard, NoCommitCanRunWhileAGuardedCheckpointDoes) {
 
   // Guarded: the writer finds the write lock taken for as long as the checkpoint runs.
   ASSERT_EQ(setup.exec("INSERT INTO t VALUES ('b')"), SQLITE_OK);
-  outbox::sqlite::internal::WalGuard guard(path);
+  outbox::sqlite::internal::WalGuard guard(checkpointer.db);
   write_during_checkpoint();
-  const auto frames = guard.checkpoint(checkpointer.db, std::chrono::milliseconds(0));
+  const auto frames = guard.checkpoint(checkpointer.db, "main", std::chrono::milliseconds(0));
   ASSERT_TRUE(frames.has_value());
   EXPECT_EQ(during, SQLITE_BUSY);
   EXPECT_EQ(frames->checkpointed, frames->log);
@@ -180,10 +188,11 @@ TEST(SqliteWalGuard, AWriteLockHeldElsewhereSkipsTheCheckpointRatherThanWaitBeyo
   ASSERT_EQ(holder.exec("BEGIN IMMEDIATE; INSERT INTO t VALUES (2)"), SQLITE_OK);
   Db checkpointer(path, nullptr);
   ASSERT_EQ(checkpointer.exec("SELECT count(*) FROM t"), SQLITE_OK);  // its WAL opened
-  outbox::sqlite::internal::WalGuard guard(path);
-  EXPECT_FALSE(guard.checkpoint(checkpointer.db, std::chrono::milliseconds(20)).has_value());
+  outbox::sqlite::internal::WalGuard guard(checkpointer.db);
+  EXPECT_FALSE(
+      guard.checkpoint(checkpointer.db, "main", std::chrono::milliseconds(20)).has_value());
   ASSERT_EQ(holder.exec("COMMIT"), SQLITE_OK);
-  const auto frames = guard.checkpoint(checkpointer.db, std::chrono::milliseconds(20));
+  const auto frames = guard.checkpoint(checkpointer.db, "main", std::chrono::milliseconds(20));
   ASSERT_TRUE(frames.has_value());
   EXPECT_EQ(frames->checkpointed, frames->log);
 }
@@ -214,6 +223,55 @@ TEST(SqliteWalGuard, PooledConnectionsCheckpointThroughTheGuardAndKeepTheWalShor
   EXPECT_LT(wal, 200u * 4096u);
   EXPECT_EQ(conn->query("SELECT count(*) FROM t")[0].get_int(0), 3000);
   EXPECT_EQ(conn->query("PRAGMA integrity_check")[0].get_text(0), "ok");
+}
+
+TEST(SqliteWalGuard, AConnectionOpenedWithoutWalOnAWalFileIsGuardedToo) {
+  if (!outbox::sqlite::internal::has_wal_reset_bug()) {
+    GTEST_SKIP() << "the linked SQLite has no WAL-reset bug: its own automatic checkpoint runs";
+  }
+  outbox::testing::TempDir dir;
+  const auto path = dir.file("mode.db");
+  outbox::sqlite::open(path)->execute("CREATE TABLE t (v TEXT)");  // WAL, as the pools open it
+  outbox::sqlite::OpenOptions plain;
+  plain.wal = false;
+  auto conn = outbox::sqlite::open(path, plain);
+  EXPECT_EQ(conn->query("PRAGMA journal_mode")[0].get_text(0), "wal");
+  // SQLite's own automatic checkpoint would run unguarded here: the driver's runs instead.
+  EXPECT_EQ(conn->query("PRAGMA wal_autocheckpoint")[0].get_int(0), 0);
+}
+
+TEST(SqliteWriteGate, TheCheckpointerGoesBeforeWritersServedFirst) {
+  // Found breaking the guarded checkpointer: it queued with the outbox's own writers for the
+  // pool's gate, and two of them writing in a loop (a backlog), with readers that never pause,
+  // kept it out for 17 s while the WAL grew past 600 MB.
+  outbox::sqlite::internal::WriteGate gate;
+  ASSERT_TRUE(gate.take(std::chrono::milliseconds(0)));
+  std::mutex mutex;
+  std::vector<std::string> order;
+  const auto taker = [&](const std::string& name, bool checkpoint) {
+    return std::thread([&, name, checkpoint] {
+      std::optional<outbox::internal::WritesFirst> first;
+      if (!checkpoint) {
+        first.emplace();
+      }
+      const auto wait = std::chrono::seconds(30);
+      if (checkpoint ? gate.take_for_checkpoint(wait) : gate.take(wait)) {
+        {
+          std::lock_guard lock(mutex);
+          order.push_back(name);
+        }
+        gate.release();
+      }
+    });
+  };
+  auto writer = taker("writer", false);
+  ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_first() == 1; }));
+  auto checkpointer = taker("checkpointer", true);
+  ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_checkpoints() == 1; }));
+  gate.release();
+  writer.join();
+  checkpointer.join();
+  EXPECT_EQ(order, (std::vector<std::string>{"checkpointer", "writer"}));
 }
 
 }  // namespace

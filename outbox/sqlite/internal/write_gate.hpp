@@ -19,58 +19,88 @@ class WriteGate {
  public:
   // False when the gate stayed taken for `timeout`; a thread that holds it already never waits.
   bool take(std::chrono::milliseconds timeout) {
-    if (owner_.load() == std::this_thread::get_id()) {
-      return false;  // held through another connection: that one releases it
-    }
-    const bool first = outbox::internal::WritesFirst::active();
-    if ((first || waiting_first_.load() == 0) && free_.try_acquire()) {
-      owner_ = std::this_thread::get_id();
-      return true;
-    }
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    bool taken;
-    if (first) {
-      waiting_first_.fetch_add(1);
-      taken = free_.try_acquire_until(deadline);
-      waiting_first_.fetch_sub(1);
-      {
-        std::lock_guard lock(mutex_);  // the others check waiting_first_ under it, then wait
-      }
-      served_.notify_all();
-    } else {
-      // A writer that releases the gate takes it again before a woken waiter runs, so threads
-      // writing in a loop (a service's request threads) kept it for seconds from the outbox's
-      // threads that write now and then (SQLite, 4 writers in the poller's process: the DONE
-      // marks waited 3 s, and the poller stopped with its queue full of unmarked events). They
-      // go first: the others wait until none of them waits. Fairness between the others is
-      // not sought: a queue in arrival order cost the writers a third of their rate here.
-      if (waiting_first_.load() != 0) {
-        std::unique_lock lock(mutex_);
-        if (!served_.wait_until(lock, deadline, [&] { return waiting_first_.load() == 0; })) {
-          return false;
-        }
-      }
-      taken = free_.try_acquire_until(deadline);
-    }
-    if (taken) {
-      owner_ = std::this_thread::get_id();
-    }
-    return taken;
+    return take(timeout, outbox::internal::WritesFirst::active() ? kFirst : kOthers);
   }
+  // The background checkpointer's turn, before every writer's: behind the outbox's own writers
+  // writing in a loop (a backlog) it waited seconds for its turn and the WAL grew by hundreds of
+  // MB (internal/wal_checkpointer.hpp).
+  bool take_for_checkpoint(std::chrono::milliseconds timeout) { return take(timeout, kCheckpoint); }
   void release() {
     owner_ = std::thread::id();
     free_.release();
   }
+  // Threads waiting for the gate now, by tier (for tests).
+  int waiting_first() const { return waiting_[kFirst].load(); }
+  int waiting_checkpoints() const { return waiting_[kCheckpoint].load(); }
 
  private:
+  // Who goes first: a thread waits while one of a higher tier waits. A writer that releases the
+  // gate takes it again before a woken waiter runs, so threads writing in a loop (a service's
+  // request threads) kept it for seconds from the outbox's threads that write now and then
+  // (SQLite, 4 writers in the poller's process: the DONE marks waited 3 s, and the poller stopped
+  // with its queue full of unmarked events). Fairness within a tier is not sought: a queue in
+  // arrival order cost the writers a third of their rate here.
+  static constexpr int kOthers = 0;
+  static constexpr int kFirst = 1;  // WritesFirst threads
+  static constexpr int kCheckpoint = 2;
+
+  bool take(std::chrono::milliseconds timeout, int tier) {
+    if (owner_.load() == std::this_thread::get_id()) {
+      return false;  // held through another connection: that one releases it
+    }
+    if (!outranked(tier) && free_.try_acquire()) {
+      owner_ = std::this_thread::get_id();
+      return true;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (outranked(tier)) {
+        std::unique_lock lock(mutex_);
+        if (!served_.wait_until(lock, deadline, [&] { return !outranked(tier); })) {
+          return false;
+        }
+      }
+      bool taken;
+      if (tier > kOthers) {
+        waiting_[tier].fetch_add(1);
+        taken = free_.try_acquire_until(deadline);
+        waiting_[tier].fetch_sub(1);
+        {
+          std::lock_guard lock(mutex_);  // the others check waiting_ under it, then wait
+        }
+        served_.notify_all();
+      } else {
+        taken = free_.try_acquire_until(deadline);
+      }
+      if (!taken) {
+        return false;
+      }
+      if (!outranked(tier)) {
+        owner_ = std::this_thread::get_id();
+        return true;
+      }
+      // One of a higher tier began waiting while this thread did: the semaphore woke this one,
+      // the turn is theirs.
+      free_.release();
+    }
+  }
+  bool outranked(int tier) const {
+    for (int t = tier + 1; t <= kCheckpoint; ++t) {
+      if (waiting_[t].load() != 0) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   // A semaphore rather than a timed_mutex: ThreadSanitizer does not see the lock
   // pthread_mutex_clocklock takes (it reported every release as an unlock of an unlocked mutex),
   // and a mutex with a condition variable handed over a quarter slower (the business transaction
   // alone, 4 writers: 42,500/s against 53,500–56,500/s with this).
   std::binary_semaphore free_{1};
-  std::atomic<int> waiting_first_{0};  // WritesFirst threads waiting for the gate
-  std::mutex mutex_;                   // for served_ only
-  std::condition_variable served_;     // waiting_first_ went down
+  std::atomic<int> waiting_[kCheckpoint + 1] = {};  // threads of each tier waiting for the gate
+  std::mutex mutex_;                                // for served_ only
+  std::condition_variable served_;                  // a tier's waiting count went down
   std::atomic<std::thread::id> owner_;
 };
 
