@@ -173,11 +173,16 @@ TEST_P(LeaseOutbox, ADeposedHolderChangesNoRow) {
   }
   ASSERT_TRUE(wait_until([&] { return running.load() == 2; }));
   // The database hands the lease over behind A's back; B takes it (its Outbox not started yet).
-  a->pool->acquire()->execute("UPDATE " + sql::lease_table_name(table_) +
-                              " SET expires_at = acquired_at WHERE name = 'leader'");
+  // A renews every 200 ms: a renewal between the two statements keeps the lease A's, and the
+  // handover is tried again (once, on a loaded machine, B came too late and the test failed).
   auto b = node("node-b");
-  const auto b_token = b->leases->try_acquire("leader");
-  ASSERT_TRUE(b_token);
+  std::optional<LeaseToken> b_token;
+  ASSERT_TRUE(wait_until([&] {
+    a->pool->acquire()->execute("UPDATE " + sql::lease_table_name(table_) +
+                                " SET expires_at = acquired_at WHERE name = 'leader'");
+    b_token = b->leases->try_acquire("leader");
+    return b_token.has_value();
+  }));
   EXPECT_TRUE(a->holds());  // A does not know yet
   gate.open();
   ASSERT_TRUE(wait_until([&] { return !a->holds(); }));  // a fenced write told it

@@ -76,9 +76,19 @@ class ManualClock final : public Clock {
   Timestamp now_;
 };
 
-/// A one-shot gate listeners can block on until the test opens it.
+/// A one-shot gate listeners can block on until the test opens it. Opened when destroyed too,
+/// once its waiters have left: a test that returns early (a failed ASSERT) then ends instead of
+/// hanging on its blocked listeners.
 class Gate {
  public:
+  Gate() = default;
+  ~Gate() {
+    open();
+    std::unique_lock lock(mutex_);
+    left_.wait(lock, [&] { return waiting_ == 0; });
+  }
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
   void open() {
     {
       std::lock_guard lock(mutex_);
@@ -88,13 +98,19 @@ class Gate {
   }
   void wait() {
     std::unique_lock lock(mutex_);
+    ++waiting_;
     cv_.wait(lock, [&] { return open_; });
+    if (--waiting_ == 0) {
+      left_.notify_all();
+    }
   }
 
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
+  std::condition_variable left_;  // the last waiter left
   bool open_ = false;
+  int waiting_ = 0;
 };
 
 /// Row queries for a fixture with `pool` and `store` members (CRTP: Fixture derives from
