@@ -1,5 +1,5 @@
 // The fronts of a claim (GroupPartitions::claim): which partitions a front leaves unread behind
-// it, and the runs behind the heads picked from fronts.
+// it, and the runs behind the heads picked, read again just before the claim.
 #include <algorithm>
 #include <string_view>
 #include <unordered_map>
@@ -56,11 +56,14 @@ std::vector<std::pair<int, LeaseToken>> GroupPartitions::clogged(
 
 void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks, int limit,
                                 Timestamp now) {
+  // Every pick, not only the fronts': a group's row an outside writer left without a partition is
+  // invisible to the scan, and another node may give it its partition between the scan and
+  // pick()'s check for such rows; read after that check, the run starts at it (found breaking
+  // order: a later row of the key was claimed first).
   std::vector<std::pair<int, std::string>> groups;
+  groups.reserve(picks.size());
   for (const auto& p : picks) {
-    if (p.front) {
-      groups.emplace_back(p.partition, p.group);
-    }
+    groups.emplace_back(p.partition, p.group);
   }
   std::unordered_map<std::string_view, std::vector<const GroupScanRow*>> rows_of;
   const auto rows = options_.store->runs(conn, groups, options_.per_group, now);
@@ -72,27 +75,24 @@ void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks,
   double runs_read = 0;
   int whole_runs = 0;  // front groups read to their end or to per_group, not cut by the limit
   for (auto& p : picks) {
-    if (p.front) {
-      const auto it = rows_of.find(p.group);
-      // The head seen in the front, still the group's first pending row: otherwise it moved
-      // (an operator skipped it, another node took the partition) and the next cycle looks again.
-      if (it == rows_of.end() || it->second.front()->event_id != p.ids.front()) {
-        continue;
+    const auto it = rows_of.find(p.group);
+    // The head seen by the read that picked it, still the group's first pending row: otherwise
+    // it moved (an operator skipped it, another node took the partition, an earlier row got its
+    // partition) and the next cycle looks again.
+    if (it == rows_of.end() || it->second.front()->event_id != p.ids.front()) {
+      continue;
+    }
+    p.ids.clear();
+    const int room = std::min(options_.per_group, left);
+    for (const auto* row : it->second) {
+      if (!row->due || static_cast<int>(p.ids.size()) >= room) {
+        break;
       }
-      p.ids.clear();
-      const int room = std::min(options_.per_group, left);
-      for (const auto* row : it->second) {
-        if (!row->due || static_cast<int>(p.ids.size()) >= room) {
-          break;
-        }
-        p.ids.push_back(row->event_id);
-      }
-      if (room == options_.per_group) {
-        runs_read += static_cast<double>(p.ids.size());
-        ++whole_runs;
-      }
-    } else if (static_cast<int>(p.ids.size()) > left) {
-      p.ids.resize(static_cast<std::size_t>(left));
+      p.ids.push_back(row->event_id);
+    }
+    if (p.front && room == options_.per_group) {
+      runs_read += static_cast<double>(p.ids.size());
+      ++whole_runs;
     }
     if (p.ids.empty()) {
       continue;

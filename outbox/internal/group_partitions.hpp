@@ -104,8 +104,8 @@ class GroupPartitions {
   std::vector<std::pair<int, LeaseToken>> clogged(
       sql::Connection& conn, const std::vector<std::pair<int, LeaseToken>>& held,
       const std::vector<GroupScanRow>& rows, const std::vector<Run>& runs);
-  // Reads the rows behind the head of each pick from a front (up to per_group, while due) and
-  // keeps at most `limit` rows in all, in pick order; a group whose head moved since is dropped.
+  // Reads each pick's run again (its head and up to per_group rows, while due) and keeps at most
+  // `limit` rows in all, in pick order; a group whose head moved since it was read is dropped.
   void read_runs(sql::Connection& conn, std::vector<Pick>& picks, int limit, Timestamp now);
   // The due heads of candidate groups neither blocked nor waiting for a partition, the head due
   // longest first, and up to per_group rows behind each, at most `limit` rows (a front's group
