@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <thread>
@@ -459,6 +460,10 @@ sqlite3* internal::handle_of(sql::Connection& conn) {
   return static_cast<SqliteConnection&>(conn).handle();
 }
 
+void internal::set_busy_wait(sql::Connection& conn, std::chrono::milliseconds wait) {
+  static_cast<SqliteConnection&>(conn).set_busy_timeout(wait);
+}
+
 std::unique_ptr<sql::Connection> wrap(sqlite3* db) {
   if (db == nullptr) {
     throw std::invalid_argument("sqlite::wrap: null handle");
@@ -477,8 +482,13 @@ struct CheckpointedPool {
 
 }  // namespace
 
-std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& path, std::size_t max_size,
+std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& given, std::size_t max_size,
                                                const OpenOptions& options) {
+  // Every connection, opened at any time, to the same file: a relative name would follow the
+  // process's working directory.
+  const std::string path = given.empty() || given == ":memory:" || given.rfind("file:", 0) == 0
+                               ? given
+                               : std::filesystem::absolute(given).string();
   const bool checkpointer = options.wal && options.checkpoint_interval.count() > 0;
   auto gate = std::make_shared<WriteGate>();
   auto commit_checkpoints = std::make_shared<internal::CommitCheckpoints>();

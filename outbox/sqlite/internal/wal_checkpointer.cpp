@@ -110,8 +110,20 @@ std::optional<CheckpointFrames> WalCheckpointer::passive(sql::Connection& conn, 
 // bug, only a lock it could not get within the wait would leave it passive and unguarded).
 bool WalCheckpointer::truncate(sql::Connection& conn) {
   const auto wait = std::chrono::milliseconds(100L << truncate_failures_);
-  conn.query("PRAGMA busy_timeout=" + std::to_string(wait.count()));
-  const auto result = conn.query("PRAGMA wal_checkpoint(TRUNCATE)");
+  // The pool's writers wait at the gate meanwhile: racing them for the write lock it lost most
+  // times, and SQLite then copied without the lock (a hostile round saw half the truncations so).
+  if (!gate_->take_for_checkpoint(wait)) {
+    return false;
+  }
+  std::vector<sql::Row> result;
+  try {
+    set_busy_wait(conn, wait);
+    result = conn.query("PRAGMA wal_checkpoint(TRUNCATE)");
+  } catch (...) {
+    gate_->release();
+    throw;
+  }
+  gate_->release();
   const bool blocked = result.empty() || result[0].get_int(0) != 0;
   long_wal_ = blocked;
   truncate_failures_ = blocked ? std::min(truncate_failures_ + 1, 4) : 0;

@@ -18,6 +18,9 @@ namespace outbox::sqlite::internal {
 
 /// The handle under a connection opened by sqlite::open (defined in driver.cpp).
 sqlite3* handle_of(sql::Connection& conn);
+/// How long that connection waits for a lock, polling as the pool's connections do (not SQLite's
+/// sleeping default handler, which the pool's writers outpace).
+void set_busy_wait(sql::Connection& conn, std::chrono::milliseconds wait);
 
 /// Keeps the WAL bounded under constant load: a passive checkpoint every interval in which
 /// something was committed, and once the WAL is long, a truncating one that waits (briefly) for
