@@ -44,7 +44,8 @@ std::unique_ptr<sql::Connection> wrap(sqlite3* db);
 
 /// A pool of connections to one file. Its connections queue in the process for SQLite's write
 /// lock (no busy polling among themselves); with WAL and a checkpoint_interval, it owns the
-/// background checkpointer (stopped when the last reference to the pool goes).
+/// background checkpointer (stopped when the last reference to the pool goes). A relative `path`
+/// is made absolute first: connections opened later reach the same file after a chdir.
 std::shared_ptr<sql::ConnectionPool> make_pool(const std::string& path, std::size_t max_size = 4,
                                                const OpenOptions& options = {});
 

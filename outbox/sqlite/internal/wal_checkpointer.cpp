@@ -73,7 +73,7 @@ void WalCheckpointer::tick(sql::Connection& conn, WalGuard* guard) {
       std::chrono::steady_clock::now().time_since_epoch().count() - committed_at <
           std::chrono::duration_cast<std::chrono::nanoseconds>(options_.checkpoint_interval)
               .count()) {
-    frames = CheckpointFrames{commits_->log.load(), -1};
+    frames = CheckpointFrames{commits_->log.load(), -1};  // copied: unknown, so never settled
   } else {
     frames = passive(conn, guard);
   }

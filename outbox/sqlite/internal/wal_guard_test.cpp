@@ -130,11 +130,16 @@ struct Db {
   sqlite3* db = nullptr;
 };
 
-TEST(SqliteWalGuard, TheLinkedSqliteIsJudgedByItsVersion) {
-  // Debian 12 ships 3.40.1: the bug is there, and the guard is what the driver uses.
+TEST(SqliteWalGuard, TheDriverGuardsExactlyWhereTheLinkedSqliteHasTheBug) {
   const int v = sqlite3_libversion_number();
-  EXPECT_EQ(outbox::sqlite::internal::has_wal_reset_bug(),
-            v < 3044006 || (v >= 3045000 && v < 3050007) || (v >= 3051000 && v < 3051003));
+  if (v / 1000 == 3040) {
+    EXPECT_TRUE(outbox::sqlite::internal::has_wal_reset_bug()) << "Debian 12's 3.40 has it";
+  }
+  // Guarded: SQLite's own automatic checkpoint is off and the driver's hook runs instead.
+  outbox::testing::TempDir dir;
+  auto conn = outbox::sqlite::open(dir.file("version.db"));
+  EXPECT_EQ(conn->query("PRAGMA wal_autocheckpoint")[0].get_int(0),
+            outbox::sqlite::internal::has_wal_reset_bug() ? 0 : 1000);
 }
 
 TEST(SqliteWalGuard, NoCommitCanRunWhileAGuardedCheckpointDoes) {
