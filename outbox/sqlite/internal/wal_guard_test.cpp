@@ -6,15 +6,11 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
-#include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "outbox/internal/writes_first.hpp"
 #include "outbox/sqlite/driver.hpp"
-#include "outbox/sqlite/internal/write_gate.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace {
@@ -243,40 +239,6 @@ TEST(SqliteWalGuard, AConnectionOpenedWithoutWalOnAWalFileIsGuardedToo) {
   EXPECT_EQ(conn->query("PRAGMA journal_mode")[0].get_text(0), "wal");
   // SQLite's own automatic checkpoint would run unguarded here: the driver's runs instead.
   EXPECT_EQ(conn->query("PRAGMA wal_autocheckpoint")[0].get_int(0), 0);
-}
-
-TEST(SqliteWriteGate, TheCheckpointerGoesBeforeWritersServedFirst) {
-  // Found breaking the guarded checkpointer: it queued with the outbox's own writers for the
-  // pool's gate, and two of them writing in a loop (a backlog), with readers that never pause,
-  // kept it out for 17 s while the WAL grew past 600 MB.
-  outbox::sqlite::internal::WriteGate gate;
-  ASSERT_TRUE(gate.take(std::chrono::milliseconds(0)));
-  std::mutex mutex;
-  std::vector<std::string> order;
-  const auto taker = [&](const std::string& name, bool checkpoint) {
-    return std::thread([&, name, checkpoint] {
-      std::optional<outbox::internal::WritesFirst> first;
-      if (!checkpoint) {
-        first.emplace();
-      }
-      const auto wait = std::chrono::seconds(30);
-      if (checkpoint ? gate.take_for_checkpoint(wait) : gate.take(wait)) {
-        {
-          std::lock_guard lock(mutex);
-          order.push_back(name);
-        }
-        gate.release();
-      }
-    });
-  };
-  auto writer = taker("writer", false);
-  ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_first() == 1; }));
-  auto checkpointer = taker("checkpointer", true);
-  ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_checkpoints() == 1; }));
-  gate.release();
-  writer.join();
-  checkpointer.join();
-  EXPECT_EQ(order, (std::vector<std::string>{"checkpointer", "writer"}));
 }
 
 }  // namespace
