@@ -4,9 +4,11 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <thread>
 
 #include "outbox/dispatcher.hpp"
 #include "outbox/envelope.hpp"
@@ -15,6 +17,7 @@
 #include "outbox/listener.hpp"
 #include "outbox/log.hpp"
 #include "outbox/sqlite/driver.hpp"
+#include "outbox/sqlite/internal/write_gate.hpp"
 #include "outbox/sqlite/store.hpp"
 
 namespace {
@@ -140,6 +143,34 @@ void BM_Dispatcher_HotHandoff(benchmark::State& state) {
   d.close();
 }
 BENCHMARK(BM_Dispatcher_HotHandoff)->UseRealTime();
+
+// From the holder's release to the waiter's return from take(), after a hold of 5 ms (a long
+// write): the waiter is asleep by then, so this is how long the gate sits free before it runs.
+void BM_SqliteWriteGate_HandoverAfterHold(benchmark::State& state) {
+  using Clock = std::chrono::steady_clock;
+  outbox::sqlite::internal::WriteGate gate;
+  for (auto _ : state) {
+    gate.take(std::chrono::milliseconds(0));
+    std::atomic<Clock::rep> taken_at{0};
+    std::thread waiter([&] {
+      if (gate.take(std::chrono::seconds(10))) {
+        taken_at = Clock::now().time_since_epoch().count();
+        gate.release();
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const auto released = Clock::now();
+    gate.release();
+    waiter.join();
+    state.SetIterationTime(std::chrono::duration<double>(Clock::duration(taken_at.load()) -
+                                                         released.time_since_epoch())
+                               .count());
+  }
+}
+BENCHMARK(BM_SqliteWriteGate_HandoverAfterHold)
+    ->UseManualTime()
+    ->Iterations(200)  // each holds 5 ms: the default count would take minutes
+    ->Unit(benchmark::kMicrosecond);
 
 void BM_Sqlite_InsertAutocommit(benchmark::State& state) {
   TempDb db;

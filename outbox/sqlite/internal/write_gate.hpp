@@ -1,15 +1,12 @@
 #pragma once
 // The in-process queue of a SQLite pool's writers for the database's single write lock.
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <semaphore>
 #include <thread>
-
-#include "outbox/internal/writes_first.hpp"
 
 namespace outbox::sqlite::internal {
 
@@ -19,20 +16,17 @@ namespace outbox::sqlite::internal {
 class WriteGate {
  public:
   // False when the gate stayed taken for `timeout`; a thread that holds it already never waits.
-  bool take(std::chrono::milliseconds timeout) {
-    return take(timeout, outbox::internal::WritesFirst::active() ? kFirst : kOthers);
-  }
+  bool take(std::chrono::milliseconds timeout);
   // The background checkpointer's turn, before every writer's: behind the outbox's own writers
   // writing in a loop (a backlog) it waited seconds for its turn and the WAL grew by hundreds of
   // MB (internal/wal_checkpointer.hpp).
   bool take_for_checkpoint(std::chrono::milliseconds timeout) { return take(timeout, kCheckpoint); }
-  void release() {
-    owner_ = std::thread::id();
-    free_.release();
-  }
-  // Threads waiting for the gate now: writers served first or passed over, checkpointers (tests).
+  void release();
+  // Threads waiting for the gate now (tests): writers served first or passed over, checkpointers,
+  // the others.
   int waiting_writers() const { return waiting_[kFirst].load() + waiting_[kPassedOver].load(); }
   int waiting_checkpoints() const { return waiting_[kCheckpoint].load(); }
+  int waiting_others() const { return waiting_[kOthers].load(); }
 
  private:
   // Who goes first: a thread waits while one of a higher tier waits. A writer that releases the
@@ -48,68 +42,34 @@ class WriteGate {
   static constexpr int kPassedOver = 2;  // waited kPassedOverAfter already
   static constexpr int kCheckpoint = 3;
   static constexpr std::chrono::milliseconds kPassedOverAfter{50};
+  // A waiter looks at the gate at least this often; a release after a hold this long wakes one.
+  static constexpr std::chrono::milliseconds kPollFor{2};
+  using Clock = std::chrono::steady_clock;
 
-  bool take(std::chrono::milliseconds timeout, int tier) {
-    if (owner_.load() == std::this_thread::get_id()) {
-      return false;  // held through another connection: that one releases it
-    }
-    if (!outranked(tier) && free_.try_acquire()) {
-      owner_ = std::this_thread::get_id();
-      return true;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    const auto deadline = start + timeout;
-    const auto passed_over = start + std::min(timeout, kPassedOverAfter);
-    for (;;) {
-      if (tier < kPassedOver && std::chrono::steady_clock::now() >= passed_over) {
-        tier = kPassedOver;
-      }
-      // Woken at the deadline, or when it is passed over (to wait again in the higher tier).
-      const auto until = tier < kPassedOver ? std::min(deadline, passed_over) : deadline;
-      if (outranked(tier)) {
-        std::unique_lock lock(mutex_);
-        if (!served_.wait_until(lock, until, [&] { return !outranked(tier); })) {
-          if (std::chrono::steady_clock::now() >= deadline) {
-            return false;
-          }
-          continue;
-        }
-      }
-      bool taken;
-      if (tier > kOthers) {
-        waiting_[tier].fetch_add(1);
-        taken = free_.try_acquire_until(until);
-        waiting_[tier].fetch_sub(1);
-        {
-          std::lock_guard lock(mutex_);  // the others check waiting_ under it, then wait
-        }
-        served_.notify_all();
-      } else {
-        taken = free_.try_acquire_until(until);
-      }
-      if (!taken) {
-        if (std::chrono::steady_clock::now() >= deadline) {
-          return false;
-        }
-        continue;
-      }
-      if (!outranked(tier)) {
-        owner_ = std::this_thread::get_id();
-        return true;
-      }
-      // One of a higher tier began waiting while this thread did: the semaphore woke this one,
-      // the turn is theirs.
-      free_.release();
-    }
-  }
-  bool outranked(int tier) const {
-    for (int t = tier + 1; t <= kCheckpoint; ++t) {
-      if (waiting_[t].load() != 0) {
-        return true;
-      }
-    }
-    return false;
-  }
+  // A thread's place in waiting_ while it waits.
+  class Waiting {
+   public:
+    Waiting(WriteGate& gate, int tier) : gate_(gate), tier_(tier) { gate_.enter(tier_); }
+    ~Waiting() { gate_.leave(tier_); }
+    Waiting(const Waiting&) = delete;
+    Waiting& operator=(const Waiting&) = delete;
+    int tier() const { return tier_; }
+    void move_to(int tier);
+
+   private:
+    WriteGate& gate_;
+    int tier_;
+  };
+
+  bool take(std::chrono::milliseconds timeout, int tier);
+  void enter(int tier) { waiting_[tier].fetch_add(1); }
+  void leave(int tier);
+  void taken();
+  // Frees the semaphore; with `wake`, a sleeping waiter is woken at once.
+  void hand_on(bool wake);
+  // The semaphore, looked at every kPollFor and as soon as a long hold ends; false at `until`.
+  bool acquire_until(Clock::time_point until);
+  bool outranked(int tier) const;
 
   // A semaphore rather than a timed_mutex: ThreadSanitizer does not see the lock
   // pthread_mutex_clocklock takes (it reported every release as an unlock of an unlocked mutex),
@@ -117,9 +77,12 @@ class WriteGate {
   // alone, 4 writers: 42,500/s against 53,500–56,500/s with this).
   std::binary_semaphore free_{1};
   std::atomic<int> waiting_[kCheckpoint + 1] = {};  // threads of each tier waiting for the gate
-  std::mutex mutex_;                                // for served_ only
-  std::condition_variable served_;                  // a tier's waiting count went down
+  std::mutex mutex_;                                // guards sleepers_, and the waits
+  int sleepers_ = 0;                                // threads waiting on released_ for free_
+  std::condition_variable released_;                // free_ was released while sleepers_ > 0
+  std::condition_variable changed_;                 // a tier's waiting count went down
   std::atomic<std::thread::id> owner_;
+  std::atomic<Clock::rep> taken_at_{0};  // when the holder took the gate
 };
 
 }  // namespace outbox::sqlite::internal

@@ -107,4 +107,85 @@ TEST(SqliteWriteGate, AnOutboxWriterIsNotStarvedByOutboxWritersInALoop) {
   a_thread_of_one_tier_is_not_starved_by_loopers_of_it(true);
 }
 
+// Found by the hostile round on the passed-over rule: a take that does not wait (timeout 0, a
+// busy_timeout of 0) counted as passed over at once and went before a waiting outbox writer, in
+// 10 rounds of 10 (the writer waited up to 5 s).
+TEST(SqliteWriteGate, ATakeThatDoesNotWaitNeverGoesBeforeAWaitingOutboxWriter) {
+  WriteGate gate;
+  ASSERT_TRUE(gate.take(0ms));
+  std::atomic<bool> writer_done{false};
+  std::thread writer([&] {
+    const outbox::internal::WritesFirst first;
+    if (gate.take(30s)) {
+      writer_done = true;
+      gate.release();
+    }
+  });
+  ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_writers() == 1; }));
+  std::atomic<bool> stop{false};
+  std::atomic<int> before_writer{0};
+  std::vector<std::thread> others;
+  for (int i = 0; i < 4; ++i) {
+    others.emplace_back([&] {
+      while (!stop.load()) {
+        if (gate.take(0ms)) {
+          if (!writer_done.load()) {
+            before_writer.fetch_add(1);
+          }
+          gate.release();
+        }
+      }
+    });
+  }
+  gate.release();
+  const bool served = outbox::testing::wait_until([&] { return writer_done.load(); });
+  stop = true;
+  for (auto& t : others) {
+    t.join();
+  }
+  writer.join();
+  EXPECT_TRUE(served);
+  EXPECT_EQ(before_writer.load(), 0);
+}
+
+// Found by the same round: an outbox writer waiting behind a passed-over thread was not counted
+// as waiting, so when that thread was done a plain writer woken with it went first (13 rounds of
+// 60).
+TEST(SqliteWriteGate, AnOutboxWriterBehindAPassedOverOneStillGoesBeforeOthers) {
+  for (int round = 0; round < 10; ++round) {
+    WriteGate gate;
+    ASSERT_TRUE(gate.take(0ms));
+    std::mutex mutex;
+    std::vector<std::string> order;
+    const auto taker = [&](const std::string& name, bool writes_first) {
+      return std::thread([&, name, writes_first] {
+        std::optional<outbox::internal::WritesFirst> first;
+        if (writes_first) {
+          first.emplace();
+        }
+        if (gate.take(30s)) {
+          {
+            std::lock_guard lock(mutex);
+            order.push_back(name);
+          }
+          gate.release();
+        }
+      });
+    };
+    auto passed_over = taker("passed over", false);
+    // A plain writer counts among the writers once it is passed over.
+    ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_writers() == 1; }));
+    auto outbox_writer = taker("outbox writer", true);
+    ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_writers() == 2; }));
+    auto other = taker("other", false);
+    ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_others() == 1; }));
+    gate.release();
+    passed_over.join();
+    outbox_writer.join();
+    other.join();
+    EXPECT_EQ(order, (std::vector<std::string>{"passed over", "outbox writer", "other"}))
+        << "round " << round;
+  }
+}
+
 }  // namespace
