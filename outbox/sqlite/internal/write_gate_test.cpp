@@ -18,38 +18,54 @@ namespace {
 using namespace std::chrono_literals;
 using outbox::sqlite::internal::WriteGate;
 
+// Threads that each take the gate once (30 s at most) and note their turn.
+class Turns {
+ public:
+  enum class Kind { Other, OutboxWriter, Checkpointer };
+  explicit Turns(WriteGate& gate) : gate_(gate) {}
+  std::thread start(const std::string& name, Kind kind) {
+    return std::thread([this, name, kind] {
+      std::optional<outbox::internal::WritesFirst> first;
+      if (kind == Kind::OutboxWriter) {
+        first.emplace();
+      }
+      const bool taken =
+          kind == Kind::Checkpointer ? gate_.take_for_checkpoint(30s) : gate_.take(30s);
+      if (taken) {
+        {
+          std::lock_guard lock(mutex_);
+          order_.push_back(name);
+        }
+        gate_.release();
+      }
+    });
+  }
+  std::vector<std::string> order() {
+    std::lock_guard lock(mutex_);
+    return order_;
+  }
+
+ private:
+  WriteGate& gate_;
+  std::mutex mutex_;
+  std::vector<std::string> order_;
+};
+
 TEST(SqliteWriteGate, TheCheckpointerGoesBeforeWritersServedFirst) {
   // Found breaking the guarded checkpointer: it queued with the outbox's own writers for the
   // pool's gate, and two of them writing in a loop (a backlog), with readers that never pause,
   // kept it out for 17 s while the WAL grew past 600 MB.
-  outbox::sqlite::internal::WriteGate gate;
-  ASSERT_TRUE(gate.take(std::chrono::milliseconds(0)));
-  std::mutex mutex;
-  std::vector<std::string> order;
-  const auto taker = [&](const std::string& name, bool checkpoint) {
-    return std::thread([&, name, checkpoint] {
-      std::optional<outbox::internal::WritesFirst> first;
-      if (!checkpoint) {
-        first.emplace();
-      }
-      const auto wait = std::chrono::seconds(30);
-      if (checkpoint ? gate.take_for_checkpoint(wait) : gate.take(wait)) {
-        {
-          std::lock_guard lock(mutex);
-          order.push_back(name);
-        }
-        gate.release();
-      }
-    });
-  };
-  auto writer = taker("writer", false);
+  WriteGate gate;
+  ASSERT_TRUE(gate.take(0ms));
+  Turns turns(gate);
+  auto writer = turns.start("writer", Turns::Kind::OutboxWriter);
   ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_writers() == 1; }));
-  auto checkpointer = taker("checkpointer", true);
+  auto checkpointer = turns.start("checkpointer", Turns::Kind::Checkpointer);
   ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_checkpoints() == 1; }));
   gate.release();
   writer.join();
   checkpointer.join();
-  EXPECT_EQ(order, (std::vector<std::string>{"checkpointer", "writer"}));
+  EXPECT_EQ(turns.order(), (std::vector<std::string>{"checkpointer", "writer"}));
 }
 
 // Two threads of one tier writing in a loop, and a third of the same tier that wants the gate
@@ -155,35 +171,19 @@ TEST(SqliteWriteGate, AnOutboxWriterBehindAPassedOverOneStillGoesBeforeOthers) {
   for (int round = 0; round < 10; ++round) {
     WriteGate gate;
     ASSERT_TRUE(gate.take(0ms));
-    std::mutex mutex;
-    std::vector<std::string> order;
-    const auto taker = [&](const std::string& name, bool writes_first) {
-      return std::thread([&, name, writes_first] {
-        std::optional<outbox::internal::WritesFirst> first;
-        if (writes_first) {
-          first.emplace();
-        }
-        if (gate.take(30s)) {
-          {
-            std::lock_guard lock(mutex);
-            order.push_back(name);
-          }
-          gate.release();
-        }
-      });
-    };
-    auto passed_over = taker("passed over", false);
+    Turns turns(gate);
+    auto passed_over = turns.start("passed over", Turns::Kind::Other);
     // A plain writer counts among the writers once it is passed over.
     ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_writers() == 1; }));
-    auto outbox_writer = taker("outbox writer", true);
+    auto outbox_writer = turns.start("outbox writer", Turns::Kind::OutboxWriter);
     ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_writers() == 2; }));
-    auto other = taker("other", false);
+    auto other = turns.start("other", Turns::Kind::Other);
     ASSERT_TRUE(outbox::testing::wait_until([&] { return gate.waiting_others() == 1; }));
     gate.release();
     passed_over.join();
     outbox_writer.join();
     other.join();
-    EXPECT_EQ(order, (std::vector<std::string>{"passed over", "outbox writer", "other"}))
+    EXPECT_EQ(turns.order(), (std::vector<std::string>{"passed over", "outbox writer", "other"}))
         << "round " << round;
   }
 }
