@@ -12,11 +12,7 @@ bool WriteGate::take(std::chrono::milliseconds timeout) {
 
 void WriteGate::release() {
   owner_ = std::thread::id();
-  // A waiter is woken after a long hold, and whenever one above the lowest tier waits: the
-  // threads of the lowest tier cannot take the gate before it then, so it would sit free until
-  // that waiter's next look.
-  const auto held = Clock::now().time_since_epoch().count() - taken_at_;
-  hand_on(held >= Clock::duration(kPollFor).count() || outranked(kOthers));
+  free_.release();
 }
 
 bool WriteGate::take(std::chrono::milliseconds timeout, int tier) {
@@ -24,18 +20,18 @@ bool WriteGate::take(std::chrono::milliseconds timeout, int tier) {
     return false;  // held through another connection: that one releases it
   }
   if (!outranked(tier) && free_.try_acquire()) {
-    taken();
+    owner_ = std::this_thread::get_id();
     return true;
   }
   const auto start = Clock::now();
   const auto deadline = start + timeout;
-  // Only a wait that lasted that long: a take that gives up sooner (timeout 0) never is.
+  // Only a wait that lasts longer: a take that gives up by then (timeout 0) never is.
   const auto passed_over = start + kPassedOverAfter;
   // Counted as waiting in its tier for the whole wait, not only while it tries the semaphore:
   // otherwise, while it waits behind a higher tier, a lower one passes it when that tier leaves.
   Waiting waiting(*this, tier);
   for (;;) {
-    if (waiting.tier() < kPassedOver && Clock::now() >= passed_over) {
+    if (waiting.tier() < kPassedOver && timeout > kPassedOverAfter && Clock::now() >= passed_over) {
       waiting.move_to(kPassedOver);
     }
     // Woken at the deadline, or when it is passed over (to wait again in the higher tier).
@@ -49,19 +45,19 @@ bool WriteGate::take(std::chrono::milliseconds timeout, int tier) {
         continue;
       }
     }
-    if (!acquire_until(until)) {
+    if (!free_.try_acquire_until(until)) {
       if (Clock::now() >= deadline) {
         return false;
       }
       continue;
     }
     if (!outranked(waiting.tier())) {
-      taken();
+      owner_ = std::this_thread::get_id();
       return true;
     }
     // One of a higher tier began waiting while this thread did: the semaphore woke this one, the
     // turn is theirs.
-    hand_on(true);
+    free_.release();
   }
 }
 
@@ -79,53 +75,6 @@ void WriteGate::leave(int tier) {
     }
     changed_.notify_all();
   }
-}
-
-void WriteGate::taken() {
-  owner_ = std::this_thread::get_id();
-  taken_at_ = Clock::now().time_since_epoch().count();
-}
-
-void WriteGate::hand_on(bool wake) {
-  // Without `wake` a sleeping waiter sees the gate free at its next look, within kPollFor.
-  // Waking one on every release cost the writers' hot path its p99 (4 writers of one event a
-  // transaction, SQLite: 220 → 420–500 µs from commit to listener): most woke to find the gate
-  // taken again by the releaser's next transaction.
-  free_.release();
-  if (!wake) {
-    return;
-  }
-  {
-    // Under the lock a waiter holds from counting itself to its wait: it either saw the gate
-    // free or is asleep by now.
-    std::lock_guard lock(mutex_);
-    if (sleepers_ == 0) {
-      return;
-    }
-  }
-  released_.notify_one();
-}
-
-bool WriteGate::acquire_until(Clock::time_point until) {
-  // Not the semaphore's own timed wait: libstdc++ 12's sleeps half the time waited so far between
-  // looks (up to 64 ms), so after a hold of 100–240 ms the gate sat free for 20 ms (median) and up
-  // to 52 ms before the waiter took it, and among 12 threads the longest waiters looked least
-  // often.
-  if (free_.try_acquire()) {
-    return true;
-  }
-  std::unique_lock lock(mutex_);
-  ++sleepers_;
-  bool got = false;
-  while (!(got = free_.try_acquire())) {
-    const auto now = Clock::now();
-    if (now >= until) {
-      break;
-    }
-    released_.wait_until(lock, std::min(until, now + Clock::duration(kPollFor)));
-  }
-  --sleepers_;
-  return got;
 }
 
 bool WriteGate::outranked(int tier) const {

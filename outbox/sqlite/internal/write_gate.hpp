@@ -42,8 +42,6 @@ class WriteGate {
   static constexpr int kPassedOver = 2;  // waited kPassedOverAfter already
   static constexpr int kCheckpoint = 3;
   static constexpr std::chrono::milliseconds kPassedOverAfter{50};
-  // A waiter looks at the gate at least this often; a release after a hold this long wakes one.
-  static constexpr std::chrono::milliseconds kPollFor{2};
   using Clock = std::chrono::steady_clock;
 
   // A thread's place in waiting_ while it waits.
@@ -64,11 +62,6 @@ class WriteGate {
   bool take(std::chrono::milliseconds timeout, int tier);
   void enter(int tier) { waiting_[tier].fetch_add(1); }
   void leave(int tier);
-  void taken();
-  // Frees the semaphore; with `wake`, a sleeping waiter is woken at once.
-  void hand_on(bool wake);
-  // The semaphore, looked at every kPollFor and as soon as a long hold ends; false at `until`.
-  bool acquire_until(Clock::time_point until);
   bool outranked(int tier) const;
 
   // A semaphore rather than a timed_mutex: ThreadSanitizer does not see the lock
@@ -77,12 +70,9 @@ class WriteGate {
   // alone, 4 writers: 42,500/s against 53,500–56,500/s with this).
   std::binary_semaphore free_{1};
   std::atomic<int> waiting_[kCheckpoint + 1] = {};  // threads of each tier waiting for the gate
-  std::mutex mutex_;                                // guards sleepers_, and the waits
-  int sleepers_ = 0;                                // threads waiting on released_ for free_
-  std::condition_variable released_;                // free_ was released while sleepers_ > 0
+  std::mutex mutex_;                                // for changed_ only
   std::condition_variable changed_;                 // a tier's waiting count went down
   std::atomic<std::thread::id> owner_;
-  std::atomic<Clock::rep> taken_at_{0};  // when the holder took the gate
 };
 
 }  // namespace outbox::sqlite::internal
