@@ -104,6 +104,12 @@ class GroupStore {
   /// Those of `groups` that are blocked.
   virtual std::vector<std::string> blocked(sql::Connection& conn,
                                            const std::vector<std::string>& groups) = 0;
+  /// Those of `groups` that are blocked or whose head (`heads[i]`, the id of groups[i]'s first
+  /// pending row) has failed at least once, in one statement. Throws std::invalid_argument when
+  /// the two differ in size.
+  virtual std::vector<std::string> held_back(sql::Connection& conn,
+                                             const std::vector<std::string>& groups,
+                                             const std::vector<std::string>& heads) = 0;
   /// Sets partition_no to the key's partition on the pending rows of `group` that have another
   /// one (a writer that computed it wrongly). Returns rows changed.
   virtual int repartition(sql::Connection& conn, const std::string& group) = 0;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <tuple>
 
@@ -299,6 +300,37 @@ TEST_P(GroupContract, BlockKeepsTheHeadPendingAndTheOperatorsActionsDoWhatTheySa
   EXPECT_FALSE(groups_->find(*conn, "g"));
   EXPECT_EQ(store_->find(*conn, "x1")->status, EventStatus::New);
   EXPECT_FALSE(groups_->skip_head(*conn, "g", Clock::system()->now()));
+}
+
+// What a claim asks of a full front's groups: blocked, or a head that failed before (due again
+// after its backoff, it looks able to move but hides the groups behind it as well).
+TEST_P(GroupContract, HeldBackNamesBlockedGroupsAndGroupsWhoseHeadFailedBefore) {
+  write({grouped("b1", "blocked"), grouped("f1", "failed"), grouped("f2", "failed"),
+         grouped("n1", "new"), grouped("d1", "deferred")});
+  auto conn = pool_->acquire();
+  const auto now = Clock::system()->now();
+  const std::vector<std::pair<std::string, std::string>> heads = {
+      {"blocked", "b1"}, {"failed", "f1"}, {"new", "n1"}, {"deferred", "d1"}};
+  std::map<int, LeaseToken> tokens;
+  for (const auto& [group, head] : heads) {
+    const int p = message_group_partition(group);
+    if (!tokens.contains(p)) {
+      tokens.emplace(p, take(partition_lease_name(p)));
+    }
+    ASSERT_EQ(claim({head}, tokens.at(p)).size(), 1U) << group;
+  }
+  ASSERT_TRUE(groups_->block(*conn, "b1", "blocked", "boom", now, "relay-a"));
+  ASSERT_EQ(store_->mark_retry(*conn, "f1", now, 0ms, "HTTP 503", "relay-a"), 1);
+  // A deferral (a listener's RetryLater) counts no attempt: nothing failed.
+  ASSERT_EQ(store_->mark_deferred(*conn, "d1", now, 0ms, "later", "relay-a"), 1);
+  auto held = groups_->held_back(*conn, {"blocked", "failed", "new", "deferred", "absent"},
+                                 {"b1", "f1", "n1", "d1", "x1"});
+  std::sort(held.begin(), held.end());
+  EXPECT_EQ(held, (std::vector<std::string>{"blocked", "failed"}));
+  // The head named is the one asked about: the failed group's second row never failed.
+  EXPECT_TRUE(groups_->held_back(*conn, {"failed"}, {"f2"}).empty());
+  EXPECT_TRUE(groups_->held_back(*conn, {}, {}).empty());
+  EXPECT_THROW(groups_->held_back(*conn, {"failed"}, {}), std::invalid_argument);
 }
 
 TEST_P(GroupContract, DeadLetterTakesTheHeadAndThePendingRestOfItsGroupTogether) {

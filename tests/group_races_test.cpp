@@ -61,6 +61,10 @@ class HookedGroupStore final : public GroupStore {
                                    const std::vector<std::string>& groups) override {
     return inner_->blocked(c, groups);
   }
+  std::vector<std::string> held_back(sql::Connection& c, const std::vector<std::string>& groups,
+                                     const std::vector<std::string>& heads) override {
+    return inner_->held_back(c, groups, heads);
+  }
   int repartition(sql::Connection& c, const std::string& group) override {
     return inner_->repartition(c, group);
   }

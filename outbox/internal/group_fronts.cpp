@@ -18,24 +18,29 @@ std::vector<std::pair<int, LeaseToken>> GroupPartitions::clogged(
     ++read[row.partition];
   }
   // The candidates of full fronts, asked about at once: a front full of blocked groups' rows
-  // hides the groups behind them as surely as one full of rows that are not due.
+  // hides the groups behind them as surely as one full of rows that are not due, and so does one
+  // full of heads that failed before. Those are due again after each backoff, so they look able
+  // to move, but they fail again: the groups written after them were seen only by the claims
+  // that read every partition in key order (10 new groups behind 3,000 failing ones: 0 delivered
+  // in 30 s under ThreadSanitizer).
   std::unordered_map<int, std::vector<std::string>> candidates;
   std::vector<std::string> asked;
+  std::vector<std::string> heads;
   for (const auto& run : runs) {
     const auto& head = rows[run.begin];
     if (run.candidate && read[head.partition] >= kFrontRows) {
       candidates[head.partition].push_back(head.message_group);
       asked.push_back(head.message_group);
+      heads.push_back(head.event_id);
     }
   }
-  std::unordered_set<std::string> blocked;
+  std::unordered_set<std::string> held_back;
   for (std::size_t from = 0; from < asked.size(); from += kMinGroupsAsked) {
-    const std::vector<std::string> chunk(
-        asked.begin() + static_cast<std::ptrdiff_t>(from),
-        asked.begin() +
-            static_cast<std::ptrdiff_t>(std::min(asked.size(), from + kMinGroupsAsked)));
-    for (auto& g : options_.store->blocked(conn, chunk)) {
-      blocked.insert(std::move(g));
+    const auto begin = static_cast<std::ptrdiff_t>(from);
+    const auto end = static_cast<std::ptrdiff_t>(std::min(asked.size(), from + kMinGroupsAsked));
+    for (auto& g : options_.store->held_back(conn, {asked.begin() + begin, asked.begin() + end},
+                                             {heads.begin() + begin, heads.begin() + end})) {
+      held_back.insert(std::move(g));
     }
   }
   std::vector<std::pair<int, LeaseToken>> out;
@@ -46,7 +51,7 @@ std::vector<std::pair<int, LeaseToken>> GroupPartitions::clogged(
     const auto it = candidates.find(number);
     const bool moves = it != candidates.end() &&
                        std::any_of(it->second.begin(), it->second.end(),
-                                   [&](const std::string& g) { return !blocked.contains(g); });
+                                   [&](const std::string& g) { return !held_back.contains(g); });
     if (!moves) {
       out.emplace_back(number, token);
     }

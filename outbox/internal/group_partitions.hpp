@@ -100,7 +100,8 @@ class GroupPartitions {
   std::vector<Run> runs_of(sql::Connection& conn, const std::vector<GroupScanRow>& rows,
                            std::size_t from, bool front);
   // The partitions among `held` whose front came back full without a group that can move (each
-  // run of it busy, not due, or blocked): what lies behind is read by a scan in key order.
+  // run of it busy, not due, blocked, or with a head that failed before): what lies behind is
+  // read by a scan in key order.
   std::vector<std::pair<int, LeaseToken>> clogged(
       sql::Connection& conn, const std::vector<std::pair<int, LeaseToken>>& held,
       const std::vector<GroupScanRow>& rows, const std::vector<Run>& runs);

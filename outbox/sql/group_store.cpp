@@ -300,6 +300,28 @@ std::vector<std::string> SqlGroupStore::blocked(Connection& conn,
   return out;
 }
 
+std::vector<std::string> SqlGroupStore::held_back(Connection& conn,
+                                                  const std::vector<std::string>& groups,
+                                                  const std::vector<std::string>& heads) {
+  if (groups.size() != heads.size()) {
+    throw std::invalid_argument("GroupStore::held_back: one head per group");
+  }
+  std::vector<std::string> out;
+  if (groups.empty()) {
+    return out;
+  }
+  Statement s = statement();
+  s.sql("SELECT message_group FROM " + block_table_ + " WHERE");
+  s.ids_in("message_group", groups, 0, groups.size());
+  s.sql(" UNION SELECT message_group FROM " + table_ + " WHERE");
+  s.ids_in("event_id", heads, 0, heads.size());
+  s.sql(" AND attempts > 0");
+  for (const auto& row : s.query(conn)) {
+    out.push_back(row.get_text(0));
+  }
+  return out;
+}
+
 int SqlGroupStore::repartition(Connection& conn, const std::string& group) {
   const std::int64_t partition = message_group_partition(group);
   Statement s = statement();

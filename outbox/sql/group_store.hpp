@@ -32,6 +32,8 @@ class SqlGroupStore final : public GroupStore {
                                  int per_group, Timestamp now) override;
   std::vector<std::string> blocked(Connection& conn,
                                    const std::vector<std::string>& groups) override;
+  std::vector<std::string> held_back(Connection& conn, const std::vector<std::string>& groups,
+                                     const std::vector<std::string>& heads) override;
   int repartition(Connection& conn, const std::string& group) override;
   std::vector<std::string> unassigned(Connection& conn,
                                       const std::vector<std::string>& groups) override;

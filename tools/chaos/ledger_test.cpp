@@ -58,6 +58,26 @@ TEST(ChaosLedger, AnEventBeforeItsPredecessorIsAnOrderViolation) {
   EXPECT_TRUE(check(in).clean());
 }
 
+TEST(ChaosLedger, AnEventAfterADeadPredecessorIsTheDeadEventNotAnOrderViolation) {
+  auto in = three_committed(true);
+  in.rows["a1"] = RowState::Dead;
+  in.receipts = {{"a2", "a", 2}, {"b1", "b", 1}};
+  auto r = check(in);
+  EXPECT_EQ(r.order_violations, 0u);
+  EXPECT_EQ(r.dead, 1u);
+  EXPECT_FALSE(r.clean());
+  // DEAD but delivered after its successor all the same: the consumer saw them out of order.
+  in.receipts = {{"a2", "a", 2}, {"a1", "a", 1}, {"b1", "b", 1}};
+  r = check(in);
+  EXPECT_EQ(r.order_violations, 1u);
+  // Still pending and never delivered: overtaken, whatever else happens to it.
+  in.rows["a1"] = RowState::Pending;
+  in.receipts = {{"a2", "a", 2}, {"b1", "b", 1}};
+  r = check(in);
+  EXPECT_EQ(r.order_violations, 1u);
+  EXPECT_EQ(r.stuck, 1u);
+}
+
 TEST(ChaosLedger, UndeliveredEventsAreLostStuckOrDeadByTheirRow) {
   auto in = three_committed(false);
   in.committed.push_back({"c1", "c", 1});  // its row is gone
