@@ -285,19 +285,31 @@ std::vector<std::string> SqlGroupStore::unassigned(Connection& conn,
   return out;
 }
 
-std::vector<std::string> SqlGroupStore::blocked(Connection& conn,
-                                                const std::vector<std::string>& groups) {
+namespace {
+
+std::vector<std::string> texts(const Statement& s, Connection& conn) {
   std::vector<std::string> out;
-  if (groups.empty()) {
-    return out;
-  }
-  Statement s = statement();
-  s.sql("SELECT message_group FROM " + block_table_ + " WHERE");
-  s.ids_in("message_group", groups, 0, groups.size());
   for (const auto& row : s.query(conn)) {
     out.push_back(row.get_text(0));
   }
   return out;
+}
+
+}  // namespace
+
+void SqlGroupStore::select_blocked(Statement& s, const std::vector<std::string>& groups) const {
+  s.sql("SELECT message_group FROM " + block_table_ + " WHERE");
+  s.ids_in("message_group", groups, 0, groups.size());
+}
+
+std::vector<std::string> SqlGroupStore::blocked(Connection& conn,
+                                                const std::vector<std::string>& groups) {
+  if (groups.empty()) {
+    return {};
+  }
+  Statement s = statement();
+  select_blocked(s, groups);
+  return texts(s, conn);
 }
 
 std::vector<std::string> SqlGroupStore::held_back(Connection& conn,
@@ -306,20 +318,15 @@ std::vector<std::string> SqlGroupStore::held_back(Connection& conn,
   if (groups.size() != heads.size()) {
     throw std::invalid_argument("GroupStore::held_back: one head per group");
   }
-  std::vector<std::string> out;
   if (groups.empty()) {
-    return out;
+    return {};
   }
   Statement s = statement();
-  s.sql("SELECT message_group FROM " + block_table_ + " WHERE");
-  s.ids_in("message_group", groups, 0, groups.size());
+  select_blocked(s, groups);
   s.sql(" UNION SELECT message_group FROM " + table_ + " WHERE");
   s.ids_in("event_id", heads, 0, heads.size());
   s.sql(" AND attempts > 0");
-  for (const auto& row : s.query(conn)) {
-    out.push_back(row.get_text(0));
-  }
-  return out;
+  return texts(s, conn);
 }
 
 int SqlGroupStore::repartition(Connection& conn, const std::string& group) {

@@ -57,6 +57,8 @@ class SqlGroupStore final : public GroupStore {
   // " AND message_group = ? AND (partition_no = ? OR partition_no IS NULL)": the group's rows
   // through the group index (a group is in one partition, or not yet assigned).
   void of_group(Statement& s, const std::string& message_group) const;
+  // "SELECT message_group FROM <block table> WHERE message_group IN (…)".
+  void select_blocked(Statement& s, const std::vector<std::string>& groups) const;
   // "SELECT DISTINCT message_group FROM (…) u": groups with pending rows outside the partitions
   // (written by an outside client), of groups[from, from + n) when `groups` is given.
   void select_unassigned(Statement& s, const std::vector<std::string>* groups, std::size_t from,
