@@ -105,8 +105,8 @@ class GroupStore {
   virtual std::vector<std::string> blocked(sql::Connection& conn,
                                            const std::vector<std::string>& groups) = 0;
   /// Those of `groups` that are blocked or whose head (`heads[i]`, the id of groups[i]'s first
-  /// pending row) has failed at least once, in one statement. Throws std::invalid_argument when
-  /// the two differ in size.
+  /// pending row) keeps failing (failed at least twice), in one statement. Throws
+  /// std::invalid_argument when the two differ in size.
   virtual std::vector<std::string> held_back(sql::Connection& conn,
                                              const std::vector<std::string>& groups,
                                              const std::vector<std::string>& heads) = 0;

@@ -100,7 +100,7 @@ class GroupPartitions {
   std::vector<Run> runs_of(sql::Connection& conn, const std::vector<GroupScanRow>& rows,
                            std::size_t from, bool front);
   // The partitions among `held` whose front came back full without a group that can move (each
-  // run of it busy, not due, blocked, or with a head that failed before): what lies behind is
+  // run of it busy, not due, blocked, or with a head that keeps failing): what lies behind is
   // read by a scan in key order.
   std::vector<std::pair<int, LeaseToken>> clogged(
       sql::Connection& conn, const std::vector<std::pair<int, LeaseToken>>& held,

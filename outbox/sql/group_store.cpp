@@ -325,7 +325,7 @@ std::vector<std::string> SqlGroupStore::held_back(Connection& conn,
   select_blocked(s, groups);
   s.sql(" UNION SELECT message_group FROM " + table_ + " WHERE");
   s.ids_in("event_id", heads, 0, heads.size());
-  s.sql(" AND attempts > 0");
+  s.sql(" AND attempts > 1");
   return texts(s, conn);
 }
 

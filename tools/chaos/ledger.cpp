@@ -36,10 +36,16 @@ LedgerResult check(const LedgerInput& input) {
   // Per key: the sequences received so far and the highest one.
   std::unordered_map<std::string, std::set<long>> arrived;
   std::unordered_map<std::string, long> highest;
-  // First arrivals whose predecessor had not arrived yet: judged once every receipt is known.
-  std::vector<const Committed*> early;
-  for (const auto& receipt : input.receipts) {
+  // Where each event first arrived, and the first arrivals whose predecessor had not arrived yet
+  // (with where they arrived): judged once every receipt is known.
+  std::unordered_map<std::string, std::size_t> arrival;
+  std::vector<std::pair<const Committed*, std::size_t>> early;
+  for (std::size_t at = 0; at < input.receipts.size(); ++at) {
+    const auto& receipt = input.receipts[at];
     const bool first = received.insert(receipt.event_id).second;
+    if (first) {
+      arrival.emplace(receipt.event_id, at);
+    }
     if (!first) {
       ++r.duplicates;
     }
@@ -68,7 +74,7 @@ LedgerResult check(const LedgerInput& input) {
     auto& top = highest[c.key];
     if (first) {
       if (c.seq > 1 && !seen.contains(c.seq - 1)) {
-        early.push_back(&c);
+        early.emplace_back(&c, at);
       }
       seen.insert(c.seq);
     } else if (c.seq < top) {
@@ -92,16 +98,31 @@ LedgerResult check(const LedgerInput& input) {
       ++r.mismatched;
     }
   }
-  // A predecessor that went DEAD and never arrived was given up on, not overtaken: ordered mode
-  // moves past a DEAD event by design, and the DEAD row is reported below as what failed.
-  for (const Committed* c : early) {
+  // Predecessors that went DEAD and never arrived were given up on, not overtaken: ordered mode
+  // moves past a DEAD event by design, and the DEAD rows are reported below as what failed. The
+  // first predecessor that is not one of them must have arrived before.
+  for (const auto& [c, at] : early) {
     const auto& of_key = sequences[c->key];
-    const auto before = of_key.find(c->seq - 1);
-    if (before != of_key.end() && !received.contains(before->second->event_id)) {
-      const auto row = input.rows.find(before->second->event_id);
-      if (row != input.rows.end() && row->second == RowState::Dead) {
-        continue;
+    bool in_order = true;
+    for (long seq = c->seq - 1; seq >= 1; --seq) {
+      const auto before = of_key.find(seq);
+      if (before == of_key.end()) {
+        in_order = false;
+        break;
       }
+      const auto& id = before->second->event_id;
+      if (const auto came = arrival.find(id); came != arrival.end()) {
+        in_order = came->second < at;
+        break;
+      }
+      const auto row = input.rows.find(id);
+      if (row == input.rows.end() || row->second != RowState::Dead) {
+        in_order = false;
+        break;
+      }
+    }
+    if (in_order) {
+      continue;
     }
     ++r.order_violations;
     note(r.problems, counts, "order",

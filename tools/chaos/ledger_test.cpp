@@ -78,6 +78,32 @@ TEST(ChaosLedger, AnEventAfterADeadPredecessorIsTheDeadEventNotAnOrderViolation)
   EXPECT_EQ(r.stuck, 1u);
 }
 
+TEST(ChaosLedger, PastADeadEventTheEventsBeforeItMustStillHaveArrivedFirst) {
+  LedgerInput in;
+  in.ordered = true;
+  in.committed = {{"a1", "a", 1}, {"a2", "a", 2}, {"a3", "a", 3}, {"a4", "a", 4}};
+  for (const auto& c : in.committed) {
+    in.rows[c.event_id] = RowState::Done;
+  }
+  in.rows["a2"] = RowState::Dead;
+  in.rows["a3"] = RowState::Dead;
+  // #1, then #4 past two DEAD events: in order.
+  in.receipts = {{"a1", "a", 1}, {"a4", "a", 4}};
+  EXPECT_EQ(check(in).order_violations, 0u);
+  // #4 before #1: out of order, though its own predecessors are DEAD.
+  in.receipts = {{"a4", "a", 4}, {"a1", "a", 1}};
+  EXPECT_EQ(check(in).order_violations, 1u);
+  // #1 never arrived and is still pending: #4 overtook it.
+  in.rows["a1"] = RowState::Pending;
+  in.receipts = {{"a4", "a", 4}};
+  const auto r = check(in);
+  EXPECT_EQ(r.order_violations, 1u);
+  EXPECT_EQ(r.stuck, 1u);
+  // Everything before #4 DEAD and never delivered: nothing was overtaken.
+  in.rows["a1"] = RowState::Dead;
+  EXPECT_EQ(check(in).order_violations, 0u);
+}
+
 TEST(ChaosLedger, UndeliveredEventsAreLostStuckOrDeadByTheirRow) {
   auto in = three_committed(false);
   in.committed.push_back({"c1", "c", 1});  // its row is gone
