@@ -341,6 +341,12 @@ TEST_P(GroupContract, HeldBackNamesBlockedGroupsAndGroupsWhoseHeadKeepsFailing) 
   EXPECT_TRUE(groups_->held_back(*conn, {"failing"}, {"f2"}).empty());
   EXPECT_TRUE(groups_->held_back(*conn, {}, {}).empty());
   EXPECT_THROW(groups_->held_back(*conn, {"failing"}, {}), std::invalid_argument);
+  // An ungrouped row named as a head (never by a claim) names no group.
+  write({plain("p1")});
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(store_->mark_retry(*conn, "p1", now, 0ms, "HTTP 503"), 1);
+  }
+  EXPECT_TRUE(groups_->held_back(*conn, {"failing"}, {"p1"}).empty());
 }
 
 TEST_P(GroupContract, DeadLetterTakesTheHeadAndThePendingRestOfItsGroupTogether) {

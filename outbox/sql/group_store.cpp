@@ -325,7 +325,8 @@ std::vector<std::string> SqlGroupStore::held_back(Connection& conn,
   select_blocked(s, groups);
   s.sql(" UNION SELECT message_group FROM " + table_ + " WHERE");
   s.ids_in("event_id", heads, 0, heads.size());
-  s.sql(" AND attempts > 1");
+  // Only grouped rows: an id of an ungrouped row would bring back a NULL key.
+  s.sql(" AND attempts > 1 AND message_group IS NOT NULL");
   return texts(s, conn);
 }
 

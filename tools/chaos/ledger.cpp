@@ -45,8 +45,7 @@ LedgerResult check(const LedgerInput& input) {
     const bool first = received.insert(receipt.event_id).second;
     if (first) {
       arrival.emplace(receipt.event_id, at);
-    }
-    if (!first) {
+    } else {
       ++r.duplicates;
     }
     const auto row = committed.find(receipt.event_id);
