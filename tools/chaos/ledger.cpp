@@ -32,20 +32,17 @@ LedgerResult check(const LedgerInput& input) {
     committed.emplace(c.event_id, &c);
   }
 
-  std::unordered_set<std::string> received;
   // Per key: the sequences received so far and the highest one.
   std::unordered_map<std::string, std::set<long>> arrived;
   std::unordered_map<std::string, long> highest;
-  // Where each event first arrived, and the first arrivals whose predecessor had not arrived yet
-  // (with where they arrived): judged once every receipt is known.
+  // Where each event received first arrived, and the first arrivals whose predecessor had not
+  // arrived yet (with where they arrived): judged once every receipt is known.
   std::unordered_map<std::string, std::size_t> arrival;
   std::vector<std::pair<const Committed*, std::size_t>> early;
   for (std::size_t at = 0; at < input.receipts.size(); ++at) {
     const auto& receipt = input.receipts[at];
-    const bool first = received.insert(receipt.event_id).second;
-    if (first) {
-      arrival.emplace(receipt.event_id, at);
-    } else {
+    const bool first = arrival.emplace(receipt.event_id, at).second;
+    if (!first) {
       ++r.duplicates;
     }
     const auto row = committed.find(receipt.event_id);
@@ -103,7 +100,8 @@ LedgerResult check(const LedgerInput& input) {
   for (const auto& [c, at] : early) {
     const auto& of_key = sequences[c->key];
     bool in_order = true;
-    for (long seq = c->seq - 1; seq >= 1; --seq) {
+    long seq = c->seq - 1;  // the predecessor judged: the first that did not go DEAD unseen
+    for (; seq >= 1; --seq) {
       const auto before = of_key.find(seq);
       if (before == of_key.end()) {
         in_order = false;
@@ -125,7 +123,7 @@ LedgerResult check(const LedgerInput& input) {
     }
     ++r.order_violations;
     note(r.problems, counts, "order",
-         c->key + " #" + std::to_string(c->seq) + " arrived before #" + std::to_string(c->seq - 1));
+         c->key + " #" + std::to_string(c->seq) + " arrived before #" + std::to_string(seq));
   }
   if (!input.rows_acknowledge) {
     r.unacknowledged = input.unread;
@@ -137,7 +135,7 @@ LedgerResult check(const LedgerInput& input) {
   for (const auto& c : input.committed) {
     const auto row = input.rows.find(c.event_id);
     const RowState state = row == input.rows.end() ? RowState::Missing : row->second;
-    if (received.contains(c.event_id)) {
+    if (arrival.contains(c.event_id)) {
       ++r.delivered;
       if (input.rows_acknowledge && state == RowState::Pending) {
         ++r.unacknowledged;

@@ -92,7 +92,11 @@ TEST(ChaosLedger, PastADeadEventTheEventsBeforeItMustStillHaveArrivedFirst) {
   EXPECT_EQ(check(in).order_violations, 0u);
   // #4 before #1: out of order, though its own predecessors are DEAD.
   in.receipts = {{"a4", "a", 4}, {"a1", "a", 1}};
-  EXPECT_EQ(check(in).order_violations, 1u);
+  const auto before = check(in);
+  EXPECT_EQ(before.order_violations, 1u);
+  ASSERT_FALSE(before.problems.empty());
+  EXPECT_NE(before.problems[0].find("a #4 arrived before #1"), std::string::npos)
+      << before.problems[0];
   // #1 never arrived and is still pending: #4 overtook it.
   in.rows["a1"] = RowState::Pending;
   in.receipts = {{"a4", "a", 4}};
