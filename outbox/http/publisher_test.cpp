@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string_view>
 #include <thread>
 
@@ -319,6 +321,56 @@ TEST(HttpPublisher, BatchModePostsJsonArraysOfAtMostMaxBatch) {
   for (int i = 0; i < 250; ++i) {
     EXPECT_EQ(ids[i], events[i].event_id());  // order kept within a target
   }
+}
+
+// A receiver that closes each connection after two requests: the publisher's threads reconnect
+// and every event arrives, once.
+TEST(HttpPublisher, ReceiverClosingConnectionsOftenGetsEveryEventOnce) {
+  testing::HttpTestServer server(true, 2);
+  HttpPublisher publisher({});
+  constexpr int kThreads = 8;
+  constexpr int kCalls = 10;
+  constexpr int kPerCall = 5;
+  std::vector<std::thread> threads;
+  std::atomic<int> not_ok{0};
+  std::mutex ids_mutex;
+  std::vector<std::string> sent;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int c = 0; c < kCalls; ++c) {
+        std::vector<EventEnvelope> events;
+        for (int i = 0; i < kPerCall; ++i) {
+          events.push_back(event((t * kCalls + c) * kPerCall + i));
+        }
+        std::vector<PublishRequest> batch;
+        for (auto& e : events) {
+          batch.push_back({&e, server.url("/hooks")});
+        }
+        for (const auto& r : publisher.publish(batch)) {
+          not_ok += r.is_ok() ? 0 : 1;
+        }
+        std::lock_guard lock(ids_mutex);
+        for (const auto& e : events) {
+          sent.push_back(e.event_id());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) {
+    t.join();
+  }
+  EXPECT_EQ(not_ok.load(), 0);
+  std::vector<std::string> received;
+  std::set<int> connections;
+  for (const auto& r : server.received()) {
+    received.push_back(r.header("X-Outbox-Event-Id"));
+    connections.insert(r.remote_port);
+  }
+  EXPECT_GE(connections.size(), received.size() / 2);
+  std::sort(sent.begin(), sent.end());
+  std::sort(received.begin(), received.end());
+  EXPECT_EQ(received.size(), static_cast<std::size_t>(kThreads * kCalls * kPerCall));
+  EXPECT_EQ(received, sent);
 }
 
 // Batch mode with message groups: requests go in queue order (one per run of a target), and a

@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/receiver_socket.hpp"
+
 namespace outbox::testing {
 
 /// One request as received.
@@ -19,6 +21,7 @@ struct ReceivedRequest {
   std::string method, path, body;
   std::string target;  ///< as sent: not percent-decoded, with the query
   httplib::Headers headers;
+  int remote_port = 0;  ///< the client's port: one per connection
   std::string header(const std::string& name) const {
     auto it = headers.find(name);
     return it == headers.end() ? std::string() : it->second;
@@ -31,10 +34,12 @@ class HttpTestServer {
  public:
   using Responder = std::function<void(const ReceivedRequest&, httplib::Response&)>;
 
-  /// With `record` false only the count is kept (benchmarks: memory stays flat).
-  explicit HttpTestServer(bool record = true) {
+  /// With `record` false only the count is kept (benchmarks: memory stays flat). The server
+  /// closes a connection after `requests_per_connection` requests (the client reconnects).
+  explicit HttpTestServer(bool record = true,
+                          std::size_t requests_per_connection = kRequestsPerConnection) {
     auto handler = [this, record](const httplib::Request& req, httplib::Response& res) {
-      ReceivedRequest r{req.method, req.path, req.body, req.target, req.headers};
+      ReceivedRequest r{req.method, req.path, req.body, req.target, req.headers, req.remote_port};
       Responder responder;
       {
         std::lock_guard lock(mutex_);
@@ -65,6 +70,7 @@ class HttpTestServer {
     if (port_ <= 0) {
       throw std::runtime_error("HttpTestServer: cannot bind");
     }
+    accept_like_a_receiver(server_, port_, requests_per_connection);
     thread_ = std::thread([this] { server_.listen_after_bind(); });
     // bind_to_any_port already listens: connections queue until the accept loop runs.
   }

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "tests/support/receiver_socket.hpp"
+
 namespace outbox::chaos {
 
 struct Receiver::State {
@@ -78,6 +80,7 @@ Receiver::Receiver(std::chrono::milliseconds stall) : state_(std::make_unique<St
   if (s->port <= 0) {
     throw std::runtime_error("receiver: cannot bind a port on 127.0.0.1");
   }
+  outbox::testing::accept_like_a_receiver(s->server, s->port);
   s->thread = std::thread([s] { s->server.listen_after_bind(); });
 }
 
