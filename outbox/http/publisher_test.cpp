@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <future>
 #include <map>
@@ -371,6 +372,53 @@ TEST(HttpPublisher, ReceiverClosingConnectionsOftenGetsEveryEventOnce) {
   std::sort(received.begin(), received.end());
   EXPECT_EQ(received.size(), static_cast<std::size_t>(kThreads * kCalls * kPerCall));
   EXPECT_EQ(received, sent);
+}
+
+// The test receiver's listen queue: 64 clients connecting at once, before anything is accepted,
+// all get their connection from the kernel (with httplib's queue of 5, the SYNs beyond it were
+// dropped and retried after 1 s).
+TEST(HttpTestReceiver, QueuesManyConnectionsAtOnce) {
+  httplib::Server server;
+  const int port = server.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(port, 0);
+  testing::accept_like_a_receiver(server, port);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  constexpr int kClients = 64;
+  std::vector<pollfd> fds;
+  for (int i = 0; i < kClients; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    const int rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+    ASSERT_TRUE(rc == 0 || errno == EINPROGRESS) << std::strerror(errno);
+    fds.push_back({fd, POLLOUT, 0});
+  }
+  // Loopback answers a queued SYN at once; a dropped one waits for its retransmit (1 s).
+  int connected = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  std::vector<bool> done(kClients, false);
+  while (connected < kClients && std::chrono::steady_clock::now() < deadline) {
+    ::poll(fds.data(), fds.size(), 50);
+    for (int i = 0; i < kClients; ++i) {
+      if (!done[i] && (fds[i].revents & POLLOUT) != 0) {
+        int error = 0;
+        socklen_t len = sizeof error;
+        ::getsockopt(fds[i].fd, SOL_SOCKET, SO_ERROR, &error, &len);
+        EXPECT_EQ(error, 0) << std::strerror(error);
+        done[i] = true;
+        fds[i].events = 0;
+        ++connected;
+      }
+    }
+  }
+  EXPECT_EQ(connected, kClients);
+  for (const auto& p : fds) {
+    ::close(p.fd);
+  }
+  EXPECT_THROW(testing::accept_like_a_receiver(server, port == 65535 ? 1 : port + 1),
+               std::runtime_error);
 }
 
 // Batch mode with message groups: requests go in queue order (one per run of a target), and a

@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 
 namespace outbox::testing {
 
@@ -16,7 +18,8 @@ namespace outbox::testing {
 inline constexpr std::size_t kRequestsPerConnection = 100000;
 
 /// Sets how many requests a connection of `server` serves and widens its listen queue; `server`
-/// is bound to `port` and not yet accepting. Call before listen_after_bind().
+/// is bound to `port` and not yet accepting. Call before listen_after_bind(). Throws
+/// std::runtime_error when no listening socket of this process is bound to `port`.
 inline void accept_like_a_receiver(httplib::Server& server, int port,
                                    std::size_t requests_per_connection = kRequestsPerConnection) {
   server.set_keep_alive_max_count(requests_per_connection);
@@ -30,10 +33,14 @@ inline void accept_like_a_receiver(httplib::Server& server, int port,
     if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) == 0 && listening != 0 &&
         getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &addr_len) == 0 &&
         addr.sin_family == AF_INET && ntohs(addr.sin_port) == port) {
-      ::listen(fd, 1024);
+      if (::listen(fd, 1024) != 0) {
+        throw std::runtime_error("accept_like_a_receiver: listen() failed");
+      }
       return;
     }
   }
+  throw std::runtime_error("accept_like_a_receiver: no listening socket on port " +
+                           std::to_string(port));
 }
 
 }  // namespace outbox::testing
