@@ -558,6 +558,8 @@ TEST(HttpPublisher, RetryAfterIsReportedInSecondsOrAsAnHttpDate) {
       res.set_header("Retry-After", date);
     } else if (r.path == "/huge") {
       res.set_header("Retry-After", "99999999999");
+    } else if (r.path == "/far") {
+      res.set_header("Retry-After", "Thu, 01 Jan 2147483647 00:00:00 GMT");
     } else if (r.path == "/garbage") {
       res.set_header("Retry-After", "soon");
     } else if (r.path == "/zero") {
@@ -581,6 +583,8 @@ TEST(HttpPublisher, RetryAfterIsReportedInSecondsOrAsAnHttpDate) {
   EXPECT_GE(*dated.retry_after, std::chrono::seconds(100));
   EXPECT_LE(*dated.retry_after, std::chrono::seconds(120));
   EXPECT_EQ(result("/huge").retry_after, std::chrono::hours(1));
+  // A date whose distance overflowed when converted to milliseconds (fuzzer finding).
+  EXPECT_EQ(result("/far").retry_after, std::chrono::hours(1));
   EXPECT_EQ(result("/garbage").retry_after, std::nullopt);
   // Zero or past is no hint (it once meant an immediate retry, forever, never counted).
   EXPECT_EQ(result("/zero").retry_after, std::nullopt);

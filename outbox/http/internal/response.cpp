@@ -95,7 +95,9 @@ std::optional<std::chrono::milliseconds> parse_retry_after(const std::string& va
   if (delay.count() <= 0) {
     return std::nullopt;
   }
-  return std::min<std::chrono::milliseconds>(delay, kMaxRetryAfter);
+  // Clamped in seconds: a date in the year 2147483647 is ~6.8e16 s, which overflows as
+  // milliseconds.
+  return std::min(delay, kMaxRetryAfter);
 }
 
 PublishResult classify_status(long status, const BodyStart& body, const std::string& retry_after) {
