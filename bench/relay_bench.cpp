@@ -2,13 +2,16 @@
 //
 //   outbox-relay-bench --db=URL [--publisher=kafka|http|http-batch|log] [--events=N]
 //                      [--workers=W] [--batch=B] [--payload=BYTES] [--groups=G] [--per-group=K]
+//                      [--latency-ms=D]
 //
 // N events are inserted first; then a Relay (the library behind `outbox relay`, in this process)
 // claims and publishes them to librdkafka's mock cluster, a loopback HTTP server (cpp-httplib), or
 // the log publisher writing to /dev/null. With G > 0 the events are spread over G message groups
 // (delivered per group in order, docs/groups.md). Prints one line: events/s from start to the last
 // DONE, when the first was delivered and the rate from then on (steady), peak RSS. Progress goes to
-// stderr once a second. Exits non-zero if an event is not delivered.
+// stderr once a second. With D > 0 the HTTP receiver takes D ms per request (an endpoint that does
+// some work) and the Kafka brokers answer D ms late (a network between): the drain then waits on
+// the far side rather than on the relay's CPU. Exits non-zero if an event is not delivered.
 
 #include <sys/resource.h>
 
@@ -32,7 +35,8 @@ using Clock = std::chrono::steady_clock;
 
 struct Args {
   std::string db, publisher = "kafka";
-  int events = 50000, workers = 16, batch = 500, payload = 200, groups = 0, per_group = 10;
+  int events = 50000, workers = 16, batch = 500, payload = 200, groups = 0, per_group = 10,
+      latency_ms = 0;
 };
 
 Args parse(int argc, char** argv) {
@@ -59,15 +63,17 @@ Args parse(int argc, char** argv) {
       a.groups = std::atoi(v);
     else if (auto v = value("per-group"))
       a.per_group = std::atoi(v);
+    else if (auto v = value("latency-ms"))
+      a.latency_ms = std::atoi(v);
     else
       throw std::invalid_argument("unknown argument " + arg);
   }
   if (a.db.empty() || a.events <= 0 || a.workers <= 0 || a.batch <= 0 || a.groups < 0 ||
-      a.per_group <= 0) {
+      a.per_group <= 0 || a.latency_ms < 0) {
     throw std::invalid_argument(
         "usage: outbox-relay-bench --db=URL [--publisher=kafka|http|"
         "http-batch|log] [--events=N] [--workers=W] [--batch=B] [--payload=BYTES] [--groups=G] "
-        "[--per-group=K]");
+        "[--per-group=K] [--latency-ms=D]");
   }
   return a;
 }
@@ -127,11 +133,20 @@ int main(int argc, char** argv) try {
   if (args.publisher == "kafka") {
     kafka = std::make_unique<outbox::testing::KafkaMockCluster>(3);
     kafka->create_topic("orders", 6);
+    kafka->set_all_brokers_rtt(std::chrono::milliseconds(args.latency_ms));
     publisher.type = outbox::relay::PublisherConfig::Type::Kafka;
     publisher.brokers = kafka->bootstraps();
     target = "orders";
   } else if (args.publisher == "http" || args.publisher == "http-batch") {
     http = std::make_unique<outbox::testing::HttpTestServer>(false);
+    if (args.latency_ms > 0) {
+      // The endpoint's own work, simulated: this is what the bench measures against.
+      http->respond([work = std::chrono::milliseconds(args.latency_ms)](
+                        const outbox::testing::ReceivedRequest&, httplib::Response& res) {
+        std::this_thread::sleep_for(work);
+        res.set_content("ok", "text/plain");
+      });
+    }
     publisher.type = outbox::relay::PublisherConfig::Type::Http;
     publisher.batch = args.publisher == "http-batch";
     target = http->url("/events");
@@ -193,12 +208,13 @@ int main(int argc, char** argv) try {
   const auto counts = store->count_by_status(*conn);
   outbox::testing::drop_outbox_tables(*conn, table);
   std::printf(
-      "relay-bench db=%s publisher=%s events=%d groups=%d workers=%d batch=%d done=%lld "
+      "relay-bench db=%s publisher=%s events=%d groups=%d workers=%d batch=%d latency_ms=%d "
+      "done=%lld "
       "dead=%lld events/s=%.0f seconds=%.2f first_done_s=%.2f steady_events/s=%.0f "
       "peak_rss_mb=%ld\n",
       conn->dialect().data(), args.publisher.c_str(), args.events, args.groups, args.workers,
-      args.batch, static_cast<long long>(counts[1]), static_cast<long long>(counts[3]),
-      args.events / secs, secs, first_secs,
+      args.batch, args.latency_ms, static_cast<long long>(counts[1]),
+      static_cast<long long>(counts[3]), args.events / secs, secs, first_secs,
       steady_secs > 0 ? static_cast<double>(args.events - first_done) / steady_secs : 0.0,
       peak_rss_mb());
   return counts[1] == args.events ? 0 : 1;

@@ -49,6 +49,12 @@ class KafkaMockCluster {
       up ? rd_kafka_mock_broker_set_up(cluster_, id) : rd_kafka_mock_broker_set_down(cluster_, id);
     }
   }
+  /// Delays every broker's responses by `rtt` (a broker across a network, not on loopback).
+  void set_all_brokers_rtt(std::chrono::milliseconds rtt) {
+    for (int id = 1; id <= brokers_; ++id) {
+      rd_kafka_mock_broker_set_rtt(cluster_, id, static_cast<int>(rtt.count()));
+    }
+  }
 
  private:
   int brokers_;
