@@ -23,8 +23,8 @@ namespace outbox::http {
 /// aggregate_id, tenant_id, occurred_at, headers, payload | payload_base64}, at most max_batch per
 /// request; every event of a request shares its outcome. Envelope headers are JSON members there,
 /// not HTTP headers, so none is refused for its name.
-/// Outcome: 2xx Ok; 408, 429, 5xx, timeouts and connection errors Retriable (with retry_after
-/// from a Retry-After header, seconds or HTTP date, at most one hour); any other status
+/// Outcome: 2xx Ok; 408, 429, 5xx (and past 599), timeouts and connection errors Retriable (with
+/// retry_after from a Retry-After header, seconds or HTTP date, at most one hour); any other status
 /// Permanent, with "HTTP <status>: <start of the response body>" as the reason (at most 200 bytes
 /// of the body, made valid UTF-8 without control characters).
 class HttpPublisher final : public Publisher {

@@ -1,4 +1,5 @@
 #include "outbox/http/publisher.hpp"
+#include "outbox/http/internal/response.hpp"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -517,7 +518,7 @@ TEST(HttpPublisher, ClassifiesStatusesTimeoutsAndConnectionErrors) {
   };
   EXPECT_EQ(kind_of(server.url("/200")).kind, Kind::Ok);
   EXPECT_EQ(kind_of(server.url("/204")).kind, Kind::Ok);
-  for (const char* retriable : {"/408", "/429", "/500", "/503"}) {
+  for (const char* retriable : {"/408", "/429", "/500", "/503", "/600", "/999"}) {
     auto got = kind_of(server.url(retriable));
     EXPECT_EQ(got.kind, Kind::Retriable) << retriable << " " << got.reason;
   }
@@ -541,6 +542,18 @@ TEST(HttpPublisher, ClassifiesStatusesTimeoutsAndConnectionErrors) {
   auto r = publisher.publish(std::vector<PublishRequest>{{&bad_header, server.url("/200")}}).at(0);
   EXPECT_EQ(r.kind, Kind::Permanent);
   EXPECT_NE(r.reason.find("bad name"), std::string::npos);
+}
+
+TEST(HttpPublisher, RetryAfterHeaderLinesAreTrimmedAtBothEnds) {
+  namespace h = outbox::http::internal;
+  EXPECT_EQ(h::retry_after_header("Retry-After: 7\r\n"), "7");
+  EXPECT_EQ(h::retry_after_header("retry-after:\t 7 \t\r\n"), "7");
+  // Only blanks after the colon: an empty value, not the line's CR LF (found by a helper).
+  EXPECT_EQ(h::retry_after_header("Retry-After: \r\n"), "");
+  EXPECT_EQ(h::retry_after_header("Retry-After:\t\r\n\t"), "");
+  EXPECT_EQ(h::retry_after_header("Retry-After:\r 5"), "5");
+  EXPECT_EQ(h::retry_after_header("X-Retry-After: 7\r\n"), std::nullopt);
+  EXPECT_EQ(h::retry_after_header("Retry-Afterx: 7\r\n"), std::nullopt);
 }
 
 TEST(HttpPublisher, RetryAfterIsReportedInSecondsOrAsAnHttpDate) {

@@ -108,6 +108,8 @@ PublishResult classify_status(long status, const BodyStart& body, const std::str
   if (!body.bytes.empty()) {
     reason += ": " + clean_reason_text(body.bytes, body.truncated);
   }
+  // Past 599 is no HTTP status, but some rate limiters answer 999: retried like a 5xx, as curl's
+  // garbled responses are.
   if (status == 408 || status == 429 || status >= 500) {
     return PublishResult::retriable(std::move(reason), parse_retry_after(retry_after));
   }
@@ -124,10 +126,13 @@ std::optional<std::string> retry_after_header(std::string_view line) {
       return std::nullopt;
     }
   }
+  // Trimmed alike at both ends: "Retry-After: \r\n", curl's line for an empty value, is "".
+  constexpr std::string_view kSpace = " \t\r\n";
   auto value = line.substr(kName.size());
-  const auto first = value.find_first_not_of(" \t");
-  const auto last = value.find_last_not_of(" \t\r\n");
-  return first == std::string_view::npos ? "" : std::string(value.substr(first, last - first + 1));
+  const auto first = value.find_first_not_of(kSpace);
+  return first == std::string_view::npos
+             ? ""
+             : std::string(value.substr(first, value.find_last_not_of(kSpace) - first + 1));
 }
 
 }  // namespace outbox::http::internal

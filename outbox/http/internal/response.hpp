@@ -24,9 +24,10 @@ std::string clean_reason_text(std::string_view in, bool truncated);
 /// Retry-After as delta-seconds or an HTTP date; nullopt when absent, bad, zero or past; at most
 /// an hour.
 std::optional<std::chrono::milliseconds> parse_retry_after(const std::string& value);
-/// 2xx: Ok; 408, 429, 5xx: Retriable (with Retry-After); the rest: Permanent.
+/// 2xx: Ok; 408, 429, 5xx and past 599: Retriable (with Retry-After); the rest: Permanent.
 PublishResult classify_status(long status, const BodyStart& body, const std::string& retry_after);
-/// The value of a "Retry-After:" header line (any case, trimmed), or nullopt for another header.
+/// The value of a "Retry-After:" header line (any case; spaces, tabs, CR and LF trimmed), or
+/// nullopt for another header.
 std::optional<std::string> retry_after_header(std::string_view line);
 
 }  // namespace outbox::http::internal
