@@ -108,10 +108,15 @@ struct SList {
   void add(const std::string& line) { list = curl_slist_append(list, line.c_str()); }
 };
 
-// Keeps the Retry-After response header (the last one).
+// Keeps the final response's Retry-After header (its last one). curl passes the header lines of
+// every response of the transfer (a 100 or 103 before the answer): each status line starts afresh.
 std::size_t collect_header(char* data, std::size_t size, std::size_t n, void* user) {
-  if (auto value = internal::retry_after_header(std::string_view(data, size * n))) {
-    *static_cast<std::string*>(user) = std::move(*value);
+  const std::string_view line(data, size * n);
+  auto& kept = *static_cast<std::string*>(user);
+  if (line.starts_with("HTTP/")) {
+    kept.clear();
+  } else if (auto value = internal::retry_after_header(line)) {
+    kept = std::move(*value);
   }
   return size * n;
 }

@@ -42,11 +42,14 @@ EventEnvelope event(int n) {
 
 // An HTTP/1.1 server on raw sockets that records every byte it receives: cpp-httplib parses
 // requests, and so would hide a second request smuggled inside the first one's body. Connections
-// are served one at a time: after the head and Content-Length bytes of body, "200 ok" with
-// Connection: close, then whatever else arrives is still recorded until the client closes.
+// are served one at a time: after the head and Content-Length bytes of body, `answer` (default
+// "200 ok" with Connection: close), then whatever else arrives is still recorded until the client
+// closes.
 class RawHttpServer {
  public:
-  RawHttpServer() {
+  explicit RawHttpServer(
+      std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+      : answer_(std::move(answer)) {
     listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -168,9 +171,7 @@ class RawHttpServer {
     while (request_end(bytes) == std::string::npos && read_more(fd, bytes, deadline)) {
     }
     if (request_end(bytes) != std::string::npos) {
-      constexpr std::string_view kAnswer =
-          "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok";
-      if (::send(fd, kAnswer.data(), kAnswer.size(), MSG_NOSIGNAL) < 0) {
+      if (::send(fd, answer_.data(), answer_.size(), MSG_NOSIGNAL) < 0) {
         return bytes;
       }
       ::shutdown(fd, SHUT_WR);
@@ -180,6 +181,7 @@ class RawHttpServer {
     return bytes;
   }
 
+  std::string answer_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};  // written once to stop the thread
   int port_ = 0;
@@ -554,6 +556,20 @@ TEST(HttpPublisher, RetryAfterHeaderLinesAreTrimmedAtBothEnds) {
   EXPECT_EQ(h::retry_after_header("Retry-After:\r 5"), "5");
   EXPECT_EQ(h::retry_after_header("X-Retry-After: 7\r\n"), std::nullopt);
   EXPECT_EQ(h::retry_after_header("Retry-Afterx: 7\r\n"), std::nullopt);
+}
+
+// An interim response's Retry-After is not the final response's (curl hands every response's
+// header lines to the callback): a 503 without one after a 103 with one is plain backoff.
+TEST(HttpPublisher, RetryAfterOfAnInterimResponseDoesNotCarryOver) {
+  RawHttpServer server(
+      "HTTP/1.1 103 Early Hints\r\nRetry-After: 3000\r\n\r\n"
+      "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx");
+  HttpPublisher publisher({});
+  auto e = event(1);
+  const auto result = publisher.publish(std::vector<PublishRequest>{{&e, server.url("/")}}).at(0);
+  EXPECT_EQ(result.kind, Kind::Retriable) << result.reason;
+  EXPECT_EQ(result.reason, "HTTP 503: x");
+  EXPECT_EQ(result.retry_after, std::nullopt);
 }
 
 TEST(HttpPublisher, RetryAfterIsReportedInSecondsOrAsAnHttpDate) {
