@@ -101,6 +101,38 @@ TEST_P(GroupOutbox, AFailingHeadBlocksOnlyItsGroupUntilAnOperatorRetriesIt) {
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
 
+// A group longer than a run is claimed run after run, each from the row the last one's read saw
+// behind it; when a later run fails, nothing behind the failed event goes out until it is
+// delivered, on a retry or after an operator's, and the groups around it go on.
+TEST_P(GroupOutbox, AGroupThatFailsInALaterRunWaitsThereAndGoesOnInOrder) {
+  constexpr int kEvents = 4 * 5 + 2;  // four whole runs of per_group (5) and a short one
+  auto& a = node("node-a", GroupFailurePolicy::Block, 2);
+  std::atomic<int> refusals{0};
+  std::atomic<bool> broken{true};
+  fail_ = [&](const EventEnvelope& e) {
+    // The once-failing event: retried after its backoff. The twice-failing one: blocked.
+    if (*e.message_group() == "key-1" && number_of(e) == 7) {
+      return refusals.fetch_add(1) == 0;
+    }
+    return broken.load() && *e.message_group() == "key-2" && number_of(e) == 13;
+  };
+  a.outbox->start();
+  write_groups(a, 6, kEvents, 3);
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(kEvents) == 5; }))
+      << ledger_.complete_groups(kEvents) << " of 5 groups complete";
+  auto conn = a.pool->acquire();
+  ASSERT_TRUE(wait_until([&] {
+    const auto info = a.groups->find(*conn, "key-2");
+    return info && info->blocked;
+  }));
+  EXPECT_EQ(ledger_.seen("key-2").size(), 13U);  // nothing after the blocked event
+  EXPECT_EQ(refusals.load(), 2);                 // key-1's event failed once, then went out
+  broken = false;
+  ASSERT_TRUE(a.groups->retry(*conn, "key-2", Clock::system()->now()));
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(kEvents) == 6; }));
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+}
+
 // An outage blocks many groups at once (their heads fail for good): their due rows are more than
 // a cycle may claim, and the groups still flowing must not wait behind them.
 TEST_P(GroupOutbox, ManyBlockedGroupsDoNotHideTheGroupsThatCanMove) {

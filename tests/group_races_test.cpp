@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "outbox/sql/dialect.hpp"
 #include "tests/support/group_fixture.hpp"
 
 namespace outbox {
@@ -23,6 +25,7 @@ class HookedGroupStore final : public GroupStore {
   explicit HookedGroupStore(std::shared_ptr<GroupStore> inner) : inner_(std::move(inner)) {}
   std::function<void(sql::Connection&)> after_assign;
   std::function<void(sql::Connection&, const std::vector<GroupScanRow>&)> after_read;
+  std::function<void(sql::Connection&, const std::vector<std::string>&)> after_unassigned;
 
   int assign_partitions(sql::Connection& c, int limit) override {
     const int n = inner_->assign_partitions(c, limit);
@@ -55,7 +58,11 @@ class HookedGroupStore final : public GroupStore {
   }
   std::vector<std::string> unassigned(sql::Connection& c,
                                       const std::vector<std::string>& groups) override {
-    return inner_->unassigned(c, groups);
+    auto waiting = inner_->unassigned(c, groups);
+    if (after_unassigned) {
+      after_unassigned(c, groups);
+    }
+    return waiting;
   }
   std::vector<std::string> blocked(sql::Connection& c,
                                    const std::vector<std::string>& groups) override {
@@ -117,22 +124,33 @@ class GroupRaces : public testing::GroupFixture {
     hooked_.push_back(hooked);
     return *hooked;
   }
-  // Two rows of `group` as an outside client writes them, in one statement: #0 without a
-  // partition (the client did not compute it), #1 with it.
-  std::string outside_rows(const std::string& group) const {
+  // A row of `group` as an outside client writes it: (id, its number, with its partition or
+  // without, the client not having computed it).
+  struct OutsideRow {
+    std::string id;
+    int n;
+    bool partitioned;
+  };
+  // `rows` of `group` in one statement, in that order.
+  std::string outside_rows(const std::string& group, const std::vector<OutsideRow>& rows) const {
     const auto& engine = GetParam().name;
     const std::string now = engine == "sqlite"     ? "0"
                             : engine == "postgres" ? "now()"
                                                    : "UTC_TIMESTAMP(6)";
-    const auto row = [&](const std::string& id, int n, const std::string& partition) {
-      return "('" + id + "', 'E', NULL, '{\"n\":" + std::to_string(n) + "}', NULL, 0, 0, " + now +
-             ", " + now + ", '" + group + "', " + partition + ")";
-    };
-    return "INSERT INTO " + table_ +
-           " (event_id, event_type, aggregate_type, payload, headers, status, attempts, "
-           "available_at, created_at, message_group, partition_no) VALUES " +
-           row("m0", 0, "NULL") + ", " +
-           row("m1", 1, std::to_string(message_group_partition(group)));
+    std::string sql = "INSERT INTO " + table_ +
+                      " (event_id, event_type, aggregate_type, payload, headers, status, "
+                      "attempts, available_at, created_at, message_group, partition_no) VALUES ";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      sql += (i == 0 ? "('" : ", ('") + r.id + "', 'E', NULL, '{\"n\":" + std::to_string(r.n) +
+             "}', NULL, 0, 0, " + now + ", " + now + ", '" + group + "', " +
+             (r.partitioned ? std::to_string(message_group_partition(group)) : "NULL") + ")";
+    }
+    return sql;
+  }
+  // Two rows of `group`: #0 without a partition, #1 with it.
+  std::string outside_rows(const std::string& group) const {
+    return outside_rows(group, {{"m0", 0, false}, {"m1", 1, true}});
   }
 
   std::vector<std::shared_ptr<HookedGroupStore>> hooked_;
@@ -170,6 +188,49 @@ TEST_P(GroupRaces, ARowGivenItsPartitionByAnotherNodeAfterTheReadIsNotOvertaken)
   nodes_.front()->outbox->start();
   ASSERT_TRUE(wait_until([&] { return ledger_.seen(group).size() == 2; }))
       << "stage " << stage.load();
+  EXPECT_EQ(stage.load(), 2);  // the race was run
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+}
+
+// A group whose run ended with rows behind it (a follower) is claimed next without a scan, from
+// the row its run's read saw behind it. Here that row goes DEAD (an operator skipped it) before
+// the next claim, and right after that claim asked whether the group has rows without a
+// partition, an outside writer adds two: #5 without one, #6 with it. The claim's read then
+// begins at #6; were it claimed, it would overtake #5. It is not: the head is not the one seen,
+// the group waits for a read of its own, and #5 goes first once it has its partition.
+TEST_P(GroupRaces, AFollowerWhoseNextHeadMovedIsNotClaimedPastARowWithoutAPartition) {
+  auto& hooks = hooked_node("node-a");
+  const std::string group = "followed-key";
+  std::vector<OutsideRow> first;
+  for (int n = 0; n < per_group_; ++n) {
+    first.push_back({"m" + std::to_string(n), n, true});
+  }
+  first.push_back({"skipped", 99, true});  // the row the first run's read sees behind it
+  // 0: the first run not delivered yet; 1: delivered and the row behind it gone DEAD; 2: the
+  // next claim asked about the group and the outside writer's rows were written right then.
+  std::atomic<int> stage{0};
+  hooks.after_assign = [&](sql::Connection& c) {
+    int zero = 0;
+    if (ledger_.seen(group).size() == static_cast<std::size_t>(per_group_) &&
+        stage.compare_exchange_strong(zero, 1)) {
+      c.execute("UPDATE " + table_ + " SET status = " + sql::status_sql(EventStatus::Dead) +
+                " WHERE event_id = 'skipped'");
+    }
+  };
+  hooks.after_unassigned = [&](sql::Connection& c, const std::vector<std::string>& asked) {
+    int one = 1;
+    if (std::find(asked.begin(), asked.end(), group) != asked.end() &&
+        stage.compare_exchange_strong(one, 2)) {
+      c.execute(
+          outside_rows(group, {{"late-0", per_group_, false}, {"late-1", per_group_ + 1, true}}));
+    }
+  };
+  nodes_.front()->pool->acquire()->execute(outside_rows(group, first));
+  nodes_.front()->outbox->start();
+  ASSERT_TRUE(wait_until([&] {
+    return ledger_.seen(group).size() == static_cast<std::size_t>(per_group_ + 2);
+  })) << "stage "
+      << stage.load() << ", seen " << ledger_.seen(group).size();
   EXPECT_EQ(stage.load(), 2);  // the race was run
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }

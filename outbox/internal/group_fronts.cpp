@@ -73,7 +73,8 @@ void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks,
     groups.emplace_back(p.partition, p.group);
   }
   std::unordered_map<std::string_view, std::vector<const GroupScanRow*>> rows_of;
-  const auto rows = options_.store->runs(conn, groups, options_.per_group, now);
+  // One row more than a run takes: the next run's head (see Follower).
+  const auto rows = options_.store->runs(conn, groups, options_.per_group + 1, now);
   for (const auto& row : rows) {
     rows_of[row.message_group].push_back(&row);
   }
@@ -96,6 +97,9 @@ void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks,
         break;
       }
       p.ids.push_back(row->event_id);
+    }
+    if (p.ids.size() < it->second.size() && it->second[p.ids.size()]->due) {
+      p.next = it->second[p.ids.size()]->event_id;
     }
     if (p.front && room == options_.per_group) {
       runs_read += static_cast<double>(p.ids.size());

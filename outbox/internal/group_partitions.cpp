@@ -186,9 +186,9 @@ std::vector<std::pair<int, LeaseToken>> GroupPartitions::held_partitions() const
   return held;
 }
 
-std::vector<GroupPartitions::Run> GroupPartitions::runs_of(sql::Connection& conn,
-                                                           const std::vector<GroupScanRow>& rows,
-                                                           std::size_t from, bool front) {
+std::vector<GroupPartitions::Run> GroupPartitions::runs_of(
+    sql::Connection& conn, const std::vector<GroupScanRow>& rows, std::size_t from, bool front,
+    const std::unordered_set<std::string_view>& followed) {
   // A key read in a partition that is not its own was numbered wrongly by its writer: its rows
   // are moved to their partition (claimed from there later), never delivered from here.
   std::vector<Run> runs;
@@ -204,7 +204,8 @@ std::vector<GroupPartitions::Run> GroupPartitions::runs_of(sql::Connection& conn
     if (!own) {
       misplaced.push_back(head.message_group);
     }
-    const bool busy = dispatcher_->group_busy(head.message_group);
+    const bool busy =
+        followed.contains(head.message_group) || dispatcher_->group_busy(head.message_group);
     runs.push_back({.begin = i,
                     .end = end,
                     .candidate = own && head.due && !busy,
@@ -308,11 +309,7 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
       round.push_back(order[next]);
       groups.push_back(rows[runs[order[next]].begin].message_group);
     }
-    auto waiting = options_.store->blocked(conn, groups);
-    for (auto& g : options_.store->unassigned(conn, groups)) {
-      waiting.push_back(std::move(g));
-    }
-    const std::unordered_set<std::string> skip(waiting.begin(), waiting.end());
+    const auto skip = waiting(conn, groups);
     for (const std::size_t r : round) {
       if (wanted >= limit) {
         break;
@@ -344,6 +341,40 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
     }
   }
   return picks;
+}
+
+std::unordered_set<std::string> GroupPartitions::waiting(sql::Connection& conn,
+                                                         const std::vector<std::string>& groups) {
+  auto out = options_.store->blocked(conn, groups);
+  for (auto& g : options_.store->unassigned(conn, groups)) {
+    out.push_back(std::move(g));
+  }
+  return {out.begin(), out.end()};
+}
+
+std::vector<GroupPartitions::Pick> GroupPartitions::followers(sql::Connection& conn,
+                                                              std::size_t groups) {
+  std::vector<Pick> out;
+  std::vector<std::string> names;
+  for (auto it = followers_.begin(); it != followers_.end() && out.size() < groups;) {
+    if (dispatcher_->group_busy(it->group)) {
+      ++it;  // its run (or its DONE marks) not ended yet
+      continue;
+    }
+    if (held(it->partition)) {
+      // Its head as a scan's pick holds it: read_runs() drops the group if it moved.
+      out.push_back({.partition = it->partition, .group = it->group, .ids = {std::move(it->head)}});
+      names.push_back(it->group);
+    }
+    following_.erase(it->group);
+    it = followers_.erase(it);
+  }
+  if (out.empty()) {
+    return out;
+  }
+  const auto skip = waiting(conn, names);
+  std::erase_if(out, [&](const Pick& p) { return skip.contains(p.group); });
+  return out;
 }
 
 int GroupPartitions::page_size(const std::vector<std::pair<int, LeaseToken>>& held,
@@ -394,6 +425,20 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   // cycle waited (on SQLite behind the writer's lock) would look not yet due, and its group
   // would be passed over.
   const auto now = options_.clock->now();
+  // First the followers whose run has ended: the rows behind that run were seen by its read, so
+  // their next runs are read by read_runs() alone, and a cycle they fill reads no front and no
+  // scan (on PostgreSQL the scan was half a cycle's time). Every kSweepEvery-th cycle leaves them
+  // to the reads, so that groups no run has reached yet get their turn.
+  std::vector<Pick> follow;
+  if (++cycles_ % kSweepEvery != 0) {
+    follow = followers(
+        conn, static_cast<std::size_t>((limit + options_.per_group - 1) / options_.per_group));
+  }
+  std::unordered_set<std::string_view> followed;
+  for (const auto& p : follow) {
+    followed.insert(p.group);
+  }
+  const int rest = limit - std::min(limit, static_cast<int>(follow.size()) * options_.per_group);
   // Where the engine indexes them (SQLite), each partition's front holds the heads of its oldest
   // groups: taken first, the claim's rows and their DONE marks share pages (heads picked from
   // groups read in key order sat two to a page: SQLite's claim cost 25 µs an event, 6–10 from
@@ -406,7 +451,9 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   std::vector<GroupScanRow> rows;
   std::vector<Run> runs;
   std::vector<std::pair<int, LeaseToken>> scanned = held;
-  if (options_.store->has_fronts() && ++claims_ % kSweepEvery != 0) {
+  if (rest == 0) {
+    scanned.clear();
+  } else if (options_.store->has_fronts() && ++claims_ % kSweepEvery != 0) {
     std::vector<int> numbers;
     for (const auto& [number, token] : held) {
       numbers.push_back(number);
@@ -415,15 +462,14 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
     std::stable_sort(rows.begin(), rows.end(), [](const GroupScanRow& a, const GroupScanRow& b) {
       return std::tie(a.partition, a.message_group) < std::tie(b.partition, b.message_group);
     });
-    runs = runs_of(conn, rows, 0, true);
+    runs = runs_of(conn, rows, 0, true, followed);
     scanned = clogged(conn, held, rows, runs);
   }
   int per_partition = 0;
   const std::size_t front_runs = runs.size();
   if (!scanned.empty()) {
-    const int budget =
-        std::max(kMinScanBudget,
-                 static_cast<int>(std::min(kMaxRowsPerClaim, rows_per_claim_ * 1.5) * limit));
+    const int budget = std::max(
+        kMinScanBudget, static_cast<int>(std::min(kMaxRowsPerClaim, rows_per_claim_ * 1.5) * rest));
     per_partition = page_size(scanned, budget);
     std::vector<GroupScanRange> ranges;
     for (const auto& [number, token] : scanned) {
@@ -433,7 +479,7 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
     for (auto& row : options_.store->scan(conn, ranges, now)) {
       rows.push_back(std::move(row));
     }
-    auto more = runs_of(conn, rows, from, false);
+    auto more = runs_of(conn, rows, from, false, followed);
     // A group in both reads is taken from the scan, which has more of its rows.
     std::unordered_set<std::string_view> in_scan;
     for (const auto& run : more) {
@@ -446,7 +492,10 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
     }
     runs.insert(runs.end(), more.begin(), more.end());
   }
-  auto picks = pick(conn, rows, runs, limit);
+  auto picks = follow;
+  for (auto& p : pick(conn, rows, runs, rest)) {
+    picks.push_back(std::move(p));
+  }
   bool pages_full = false;
   if (!scanned.empty()) {
     const std::vector<Run> of_scan(runs.begin() + static_cast<std::ptrdiff_t>(front_runs),
@@ -459,6 +508,13 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   for (const auto& p : picks) {
     ids.insert(ids.end(), p.ids.begin(), p.ids.end());
     claimed_in.insert(p.partition);
+    if (!p.next.empty() && following_.insert(p.group).second) {
+      followers_.push_back({p.partition, p.group, p.next});
+    }
+  }
+  while (followers_.size() > held_bound()) {
+    following_.erase(followers_.front().group);
+    followers_.pop_front();
   }
   if (!scanned.empty()) {
     // Rows the scan read per row claimed, counting the rows the cursors now pass (a candidate not
@@ -481,11 +537,12 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
     if (!followed_up_) {
       idle_follow_ups_ = 0;
     }
-    followed_up_ = pages_full && ++idle_follow_ups_ <= kIdleFollowUps;
+    // A cycle of followers only that found them all ended reads the partitions next, at once.
+    followed_up_ = (pages_full && ++idle_follow_ups_ <= kIdleFollowUps) || rest == 0;
     return {{}, followed_up_};
   }
   idle_follow_ups_ = 0;
-  followed_up_ = (filled && !bounded) || pages_full;
+  followed_up_ = (filled && !bounded) || pages_full || (rest == 0 && !filled);
   std::vector<LeaseToken> fences;
   for (const auto& [number, token] : held) {
     if (claimed_in.contains(number)) {

@@ -5,9 +5,12 @@
 
 #include <array>
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "outbox/envelope.hpp"
@@ -73,7 +76,16 @@ class GroupPartitions {
     int partition;
     std::string group;
     std::vector<std::string> ids;
-    bool front = false;  // from a front: the rows behind its head are read before the claim
+    bool front = false;    // from a front: the rows behind its head are read before the claim
+    bool follows = false;  // a follower (ids: the head its last run's read saw next)
+    std::string next;      // after read_runs(): the row its read saw right behind its run, if any
+  };
+  // A group whose last run here ended with rows behind it: the first of those, seen by that
+  // run's read, is the head its next run must start with.
+  struct Follower {
+    int partition;
+    std::string group;
+    std::string head;
   };
   // One group's rows in a scan (rows[begin, end), head first).
   struct Run {
@@ -96,17 +108,27 @@ class GroupPartitions {
   std::vector<std::pair<int, LeaseToken>> held_partitions() const;
   // The runs of rows[from, rows.size()) (grouped by partition and group, each head first), in
   // that order; a group read in a partition that is not its own is repartitioned (and is no
-  // candidate).
+  // candidate), and so is a group in `followed` (picked already, like a group running here).
   std::vector<Run> runs_of(sql::Connection& conn, const std::vector<GroupScanRow>& rows,
-                           std::size_t from, bool front);
+                           std::size_t from, bool front,
+                           const std::unordered_set<std::string_view>& followed);
   // The partitions among `held` whose front came back full without a group that can move (each
   // run of it busy, not due, blocked, or with a head that keeps failing): what lies behind is
   // read by a scan in key order.
   std::vector<std::pair<int, LeaseToken>> clogged(
       sql::Connection& conn, const std::vector<std::pair<int, LeaseToken>>& held,
       const std::vector<GroupScanRow>& rows, const std::vector<Run>& runs);
-  // Reads each pick's run again (its head and up to per_group rows, while due) and keeps at most
-  // `limit` rows in all, in pick order; a group whose head moved since it was read is dropped.
+  // Up to `groups` followers whose last run has ended (the oldest first), neither blocked nor
+  // waiting for a partition, as picks whose head is the one their last read saw next: read_runs()
+  // checks it as it checks a scan's. Drops the ones it returns or finds stopped.
+  std::vector<Pick> followers(sql::Connection& conn, std::size_t groups);
+  // The groups among `groups` that cannot move now: blocked, or with a row not yet given its
+  // partition (an outside writer's, which may come before the rows seen).
+  std::unordered_set<std::string> waiting(sql::Connection& conn,
+                                          const std::vector<std::string>& groups);
+  // Reads each pick's run again (its head and up to per_group rows, while due, and the row behind
+  // them) and keeps at most `limit` rows in all, in pick order; a group whose head moved since it
+  // was read is dropped.
   void read_runs(sql::Connection& conn, std::vector<Pick>& picks, int limit, Timestamp now);
   // The due heads of candidate groups neither blocked nor waiting for a partition, the head due
   // longest first, and up to per_group rows behind each, at most `limit` rows (a front's group
@@ -138,10 +160,14 @@ class GroupPartitions {
   std::array<std::string, kMessageGroupPartitions> cursors_;
   double rows_per_claim_ = 20;  // rows the recent scans read per row they could claim
   double front_run_ = 0;        // rows the recent front groups' runs had (per_group at first)
+  // The poller's own: followers, the oldest run first.
+  std::deque<Follower> followers_;
+  std::unordered_set<std::string> following_;  // the groups in followers_
   // Rows each partition's last scan read; -1: its page came back full, or not read yet.
   std::array<int, kMessageGroupPartitions> last_read_{};
   int idle_follow_ups_ = 0;   // cycles in a row that read full pages and claimed nothing
   unsigned claims_ = 0;       // claims that read partitions
+  unsigned cycles_ = 0;       // claims, counted for the cycles that leave the followers out
   bool followed_up_ = false;  // the last claim asked for the next cycle at once
   std::mutex stop_mutex_;     // guards started_, stopped_, released_
   bool started_ = false;
