@@ -384,9 +384,21 @@ TEST_P(GroupContract, RowsWrittenWithoutAPartitionGetTheirGroupsPartition) {
         "created_at, message_group) VALUES ('" +
         id + "', 'Moved', 'Order', '{}', 0, 0, " + now + ", " + now + ", 'py-order-1')");
   }
-  EXPECT_EQ(groups_->assign_partitions(*conn, 100), 2);
-  EXPECT_EQ(store_->find(*conn, "o2")->partition_no, message_group_partition("py-order-1"));
-  EXPECT_EQ(groups_->assign_partitions(*conn, 100), 0);
+  const int partition = message_group_partition("py-order-1");
+  // Only the partition's live holder numbers its rows.
+  EXPECT_EQ(groups_->assign_partitions(*conn, {}, 100), 0);
+  const auto other = take(partition_lease_name((partition + 1) % kMessageGroupPartitions));
+  EXPECT_EQ(groups_->assign_partitions(*conn, {other}, 100), 0);
+  auto stale = take(partition_lease_name(partition));
+  ++stale.epoch;  // a token the database does not hold (taken over since)
+  EXPECT_EQ(groups_->assign_partitions(*conn, {other, stale}, 100), 0);
+  EXPECT_FALSE(store_->find(*conn, "o2")->partition_no.has_value());
+  --stale.epoch;
+  EXPECT_EQ(groups_->assign_partitions(*conn, {other, stale}, 100), 2);
+  EXPECT_EQ(store_->find(*conn, "o2")->partition_no, partition);
+  EXPECT_EQ(groups_->assign_partitions(*conn, {stale}, 100), 0);
+  EXPECT_THROW(groups_->assign_partitions(*conn, {LeaseToken{.name = "leader"}}, 100),
+               std::invalid_argument);
 }
 
 TEST_P(GroupContract, AGroupWithARowNotYetGivenItsPartitionIsNamedAsWaiting) {
@@ -400,7 +412,8 @@ TEST_P(GroupContract, AGroupWithARowNotYetGivenItsPartitionIsNamedAsWaiting) {
   write({grouped("n2", "mixed"), grouped("n3", "clean")});
   EXPECT_EQ(groups_->unassigned(*conn, {"mixed", "clean", "absent"}),
             std::vector<std::string>{"mixed"});
-  groups_->assign_partitions(*conn, 10);
+  groups_->assign_partitions(*conn, {take(partition_lease_name(message_group_partition("mixed")))},
+                             10);
   EXPECT_TRUE(groups_->unassigned(*conn, {"mixed", "clean"}).empty());
 }
 
@@ -483,7 +496,7 @@ TEST_P(GroupContract, PartitionNumbersOtherClientsGotWrongAreCorrected) {
   }
   // Out of range: assigned like a missing number (and the group waits until then).
   EXPECT_EQ(groups_->unassigned(*conn, {"acct-7"}), std::vector<std::string>{"acct-7"});
-  EXPECT_EQ(groups_->assign_partitions(*conn, 10), 2);
+  EXPECT_EQ(groups_->assign_partitions(*conn, {take(partition_lease_name(right))}, 10), 2);
   // In range but not the key's: moved by repartition (the claim step calls it on sight).
   EXPECT_EQ(groups_->repartition(*conn, "acct-7"), 1);
   EXPECT_EQ(scan_ids(right), (std::vector<std::string>{"r1", "r2", "r3"}));

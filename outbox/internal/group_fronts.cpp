@@ -63,20 +63,30 @@ std::vector<std::pair<int, LeaseToken>> GroupPartitions::clogged(
 
 void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks, int limit,
                                 Timestamp now) {
-  // Every pick, not only the fronts': a group's row an outside writer left without a partition is
-  // invisible to the scan, and another node may give it its partition between the scan and
-  // pick()'s check for such rows; read after that check, the run starts at it (found breaking
-  // order: a later row of the key was claimed first).
+  // Every pick is read again, and then asked whether its group has a row an outside writer left
+  // without a partition (invisible to the reads, which go by partition): in that order, a run
+  // read can never pass such a row. One written before a row read was committed before that
+  // read, so the question sees it, unless it got its number in between; only this node, holding
+  // the partition, numbers its rows (at the start of the cycle). Asked before the read instead,
+  // rows written between the two (one without a number, the next with it) were claimed past the
+  // first (found breaking order on every engine).
   std::vector<std::pair<int, std::string>> groups;
+  std::vector<std::string> names;
   groups.reserve(picks.size());
   for (const auto& p : picks) {
     groups.emplace_back(p.partition, p.group);
+    names.push_back(p.group);
   }
   std::unordered_map<std::string_view, std::vector<const GroupScanRow*>> rows_of;
   // One row more than a run takes: the next run's head (see Follower).
   const auto rows = options_.store->runs(conn, groups, options_.per_group + 1, now);
   for (const auto& row : rows) {
     rows_of[row.message_group].push_back(&row);
+  }
+  if (!names.empty()) {
+    for (const auto& g : options_.store->unassigned(conn, names)) {
+      rows_of.erase(g);
+    }
   }
   int left = limit;
   std::vector<Pick> kept;
@@ -85,8 +95,8 @@ void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks,
   for (auto& p : picks) {
     const auto it = rows_of.find(p.group);
     // The head seen by the read that picked it, still the group's first pending row: otherwise
-    // it moved (an operator skipped it, another node took the partition, an earlier row got its
-    // partition) and the next cycle looks again.
+    // it moved (an operator skipped it, another node took the partition) and the next cycle looks
+    // again.
     if (it == rows_of.end() || it->second.front()->event_id != p.ids.front()) {
       continue;
     }

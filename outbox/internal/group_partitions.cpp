@@ -294,10 +294,9 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
     return std::tie(x.due_at, x.seq) < std::tie(y.due_at, y.seq);
   });
   // Candidates are asked about in rounds of as many groups as rows are still wanted (at least
-  // kMinGroupsAsked, so a small room does not cost two statements per waiting group), and only
-  // the ones free to move count against the limit: blocked groups (many, after an outage) and
-  // groups with a row not yet given its partition (an outside writer left it NULL: that row may
-  // come before the head seen here) wait without taking the others' turn.
+  // kMinGroupsAsked, so a small room does not cost a statement per blocked group), and only the
+  // ones free to move count against the limit: blocked groups (many, after an outage) wait
+  // without taking the others' turn. (Rows without a partition are asked about by read_runs().)
   std::vector<Pick> picks;
   int wanted = 0;
   std::size_t next = 0;
@@ -309,7 +308,8 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
       round.push_back(order[next]);
       groups.push_back(rows[runs[order[next]].begin].message_group);
     }
-    const auto skip = waiting(conn, groups);
+    const auto blocked = options_.store->blocked(conn, groups);
+    const std::unordered_set<std::string> skip(blocked.begin(), blocked.end());
     for (const std::size_t r : round) {
       if (wanted >= limit) {
         break;
@@ -343,15 +343,6 @@ std::vector<GroupPartitions::Pick> GroupPartitions::pick(sql::Connection& conn,
   return picks;
 }
 
-std::unordered_set<std::string> GroupPartitions::waiting(sql::Connection& conn,
-                                                         const std::vector<std::string>& groups) {
-  auto out = options_.store->blocked(conn, groups);
-  for (auto& g : options_.store->unassigned(conn, groups)) {
-    out.push_back(std::move(g));
-  }
-  return {out.begin(), out.end()};
-}
-
 std::vector<GroupPartitions::Pick> GroupPartitions::followers(sql::Connection& conn,
                                                               std::size_t groups) {
   std::vector<Pick> out;
@@ -372,7 +363,8 @@ std::vector<GroupPartitions::Pick> GroupPartitions::followers(sql::Connection& c
   if (out.empty()) {
     return out;
   }
-  const auto skip = waiting(conn, names);
+  const auto blocked = options_.store->blocked(conn, names);
+  const std::unordered_set<std::string> skip(blocked.begin(), blocked.end());
   std::erase_if(out, [&](const Pick& p) { return skip.contains(p.group); });
   return out;
 }
@@ -406,7 +398,17 @@ int GroupPartitions::page_size(const std::vector<std::pair<int, LeaseToken>>& he
 }
 
 GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
-  options_.store->assign_partitions(conn, kAssignPerCycle);
+  const auto held = held_partitions();
+  if (held.empty()) {
+    return {};
+  }
+  {
+    std::vector<LeaseToken> tokens;
+    for (const auto& [number, token] : held) {
+      tokens.push_back(token);
+    }
+    options_.store->assign_partitions(conn, tokens, kAssignPerCycle);
+  }
   // Enough work for the running groups and as many waiting their turn, no more: a group held
   // here is skipped by every read until it is done, so holding many groups makes reads pass
   // their rows for nothing (and holds memory).
@@ -417,10 +419,6 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   }
   const bool bounded = static_cast<int>(enough - held_now) < limit;
   limit = std::min(limit, static_cast<int>(enough - held_now));
-  const auto held = held_partitions();
-  if (held.empty()) {
-    return {};
-  }
   // Read now, not as the cycle began: a row committed while this node's earlier statements of the
   // cycle waited (on SQLite behind the writer's lock) would look not yet due, and its group
   // would be passed over.

@@ -96,7 +96,7 @@ class GroupPartitions {
     bool moving = false;   // running here, or picked by this claim
     bool front = false;    // read from a partition's front: its head and perhaps a few behind
   };
-  // Groups asked about (blocked? waiting for a partition?) at least per statement.
+  // Groups asked about (blocked?) at least per statement.
   static constexpr int kMinGroupsAsked = 128;
   // Rows read from each held partition's front (its first rows in insert order) per claim: the
   // heads of its oldest groups, a row or two each when groups interleave.
@@ -118,19 +118,16 @@ class GroupPartitions {
   std::vector<std::pair<int, LeaseToken>> clogged(
       sql::Connection& conn, const std::vector<std::pair<int, LeaseToken>>& held,
       const std::vector<GroupScanRow>& rows, const std::vector<Run>& runs);
-  // Up to `groups` followers whose last run has ended (the oldest first), neither blocked nor
-  // waiting for a partition, as picks whose head is the one their last read saw next: read_runs()
-  // checks it as it checks a scan's. Drops the ones it returns or finds stopped.
+  // Up to `groups` followers whose last run has ended (the oldest first), not blocked, as picks
+  // whose head is the one their last read saw next: read_runs() checks it as it checks a scan's.
+  // Drops the ones it returns or finds blocked.
   std::vector<Pick> followers(sql::Connection& conn, std::size_t groups);
-  // The groups among `groups` that cannot move now: blocked, or with a row not yet given its
-  // partition (an outside writer's, which may come before the rows seen).
-  std::unordered_set<std::string> waiting(sql::Connection& conn,
-                                          const std::vector<std::string>& groups);
   // Reads each pick's run again (its head and up to per_group rows, while due, and the row behind
   // them) and keeps at most `limit` rows in all, in pick order; a group whose head moved since it
-  // was read is dropped.
+  // was read is dropped, and so is one with a row not given its partition yet (asked after the
+  // read: such a row may come before rows read).
   void read_runs(sql::Connection& conn, std::vector<Pick>& picks, int limit, Timestamp now);
-  // The due heads of candidate groups neither blocked nor waiting for a partition, the head due
+  // The due heads of candidate groups that are not blocked, the head due
   // longest first, and up to per_group rows behind each, at most `limit` rows (a front's group
   // counted as per_group); marks the runs reached, and those picked moving.
   std::vector<Pick> pick(sql::Connection& conn, const std::vector<GroupScanRow>& rows,

@@ -129,22 +129,43 @@ void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::strin
   s.sql(") u");
 }
 
-int SqlGroupStore::assign_partitions(Connection& conn, int limit) {
+int SqlGroupStore::assign_partitions(Connection& conn,
+                                     const std::vector<LeaseToken>& partition_leases, int limit) {
+  std::unordered_map<int, const LeaseToken*> lease_of;
+  for (const auto& lease : partition_leases) {
+    const auto partition = partition_of_lease(lease.name);
+    if (!partition) {
+      throw std::invalid_argument("group assignment: lease '" + lease.name +
+                                  "' is not a partition's");
+    }
+    lease_of.emplace(*partition, &lease);
+  }
+  if (lease_of.empty()) {
+    return 0;
+  }
   Statement find = statement();
   select_unassigned(find, nullptr, 0, 0);
   find.sql(" LIMIT ").param(std::int64_t{limit});
   int assigned = 0;
   for (const auto& row : find.query(conn)) {
     const std::string group = row.get_text(0);
+    const int partition = message_group_partition(group);
+    const auto lease = lease_of.find(partition);
+    if (lease == lease_of.end()) {
+      continue;  // its partition's holder numbers it
+    }
     // One statement per group: a scan never sees part of a group assigned. Pending rows only
     // (what the group index holds): a statement over every row of the table read all of it.
+    // Fenced: a claim in the partition reads its runs, then asks which groups still have rows
+    // without a number; a row numbered in between by anyone else would be overtaken.
     Statement s = statement();
     s.sql("UPDATE " + table_ + " SET partition_no = ")
-        .param(std::int64_t{message_group_partition(group)})
+        .param(std::int64_t{partition})
         .sql(" WHERE " + dialect_.group_pending_filter() + " AND message_group = ")
         .param(group)
         .sql(" AND (partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
              std::to_string(kMessageGroupPartitions) + ")");
+    append_fence(s, dialect_, lease_table_, *lease->second);
     assigned += static_cast<int>(s.execute(conn));
   }
   return assigned;

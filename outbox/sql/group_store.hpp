@@ -19,7 +19,8 @@ class SqlGroupStore final : public GroupStore {
  public:
   SqlGroupStore(const Dialect& dialect, std::string table, bool database_clock);
 
-  int assign_partitions(Connection& conn, int limit) override;
+  int assign_partitions(Connection& conn, const std::vector<LeaseToken>& partition_leases,
+                        int limit) override;
   std::vector<GroupScanRow> scan(Connection& conn, const std::vector<GroupScanRange>& ranges,
                                  Timestamp now) override;
   bool has_fronts() const override { return fronts_; }
