@@ -78,10 +78,10 @@ class GroupStore {
   virtual ~GroupStore() = default;
 
   /// Sets partition_no on grouped pending rows written without one, or with one outside 0 … 63 (a
-  /// writer outside this library), a whole group per statement, for the groups (among the first
-  /// `limit` found) whose partition's lease is among `partition_leases` and live in the database:
-  /// only a partition's holder numbers its rows. Returns rows assigned. Throws
-  /// std::invalid_argument for a lease that is not a partition's.
+  /// writer outside this library), a whole group per statement, for the groups (among the next
+  /// `limit` in key order, after where the last call stopped) whose partition's lease is among
+  /// `partition_leases` and live in the database: only a partition's holder numbers its rows.
+  /// Returns rows assigned. Throws std::invalid_argument for a lease that is not a partition's.
   virtual int assign_partitions(sql::Connection& conn,
                                 const std::vector<LeaseToken>& partition_leases, int limit) = 0;
   /// Pending rows of each range's partition in (group, insert order) order, range after range,

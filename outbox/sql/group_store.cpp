@@ -108,11 +108,13 @@ void SqlGroupStore::of_group(Statement& s, const std::string& message_group) con
   s.sql(" AND message_group = ").param(message_group);
   s.sql(" AND (partition_no = ")
       .param(std::int64_t{message_group_partition(message_group)})
-      .sql(" OR partition_no IS NULL)");
+      .sql(" OR partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
+           std::to_string(kMessageGroupPartitions) + ")");
 }
 
 void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::string>* groups,
-                                      std::size_t from, std::size_t n) const {
+                                      std::size_t from, std::size_t n,
+                                      const std::string* after) const {
   // Three arms, each one range of the group index: with the three ranges OR-ed, SQLite read the
   // whole table every cycle.
   const std::string ranges[] = {"partition_no IS NULL", "partition_no < 0",
@@ -124,6 +126,9 @@ void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::strin
     if (groups != nullptr) {
       s.sql(" AND");
       s.ids_in("message_group", *groups, from, n);
+    }
+    if (after != nullptr) {
+      s.sql(" AND message_group > ").param(*after);
     }
   }
   s.sql(") u");
@@ -143,11 +148,25 @@ int SqlGroupStore::assign_partitions(Connection& conn,
   if (lease_of.empty()) {
     return 0;
   }
+  // From where the last call stopped, in key order: groups of partitions other nodes hold are
+  // passed over, and however many of them wait for their holders, the next call reads on.
+  std::string after;
+  {
+    std::lock_guard lock(assign_mutex_);
+    after = assign_cursor_;
+  }
   Statement find = statement();
-  select_unassigned(find, nullptr, 0, 0);
-  find.sql(" LIMIT ").param(std::int64_t{limit});
+  // From the start ('') takes the empty key too: its rows are settled as undecodable.
+  select_unassigned(find, nullptr, 0, 0, after.empty() ? nullptr : &after);
+  find.sql(" ORDER BY message_group LIMIT ").param(std::int64_t{limit});
+  const auto found = find.query(conn);
+  {
+    std::lock_guard lock(assign_mutex_);
+    assign_cursor_ =
+        static_cast<int>(found.size()) < limit ? std::string() : found.back().get_text(0);
+  }
   int assigned = 0;
-  for (const auto& row : find.query(conn)) {
+  for (const auto& row : found) {
     const std::string group = row.get_text(0);
     const int partition = message_group_partition(group);
     const auto lease = lease_of.find(partition);
@@ -360,7 +379,10 @@ int SqlGroupStore::repartition(Connection& conn, const std::string& group) {
       .param(group)
       .sql(" AND partition_no <> ")
       .param(partition)
-      .sql(" AND " + pending_statuses());
+      // In range only: a number outside 0 … 63 counts as none, and only the partition's holder
+      // numbers those (assign_partitions, fenced).
+      .sql(" AND partition_no >= 0 AND partition_no < " + std::to_string(kMessageGroupPartitions) +
+           " AND " + pending_statuses());
   return static_cast<int>(s.execute(conn));
 }
 

@@ -2,6 +2,7 @@
 // The message-group store written once over a Dialect: scans of a partition, fenced claims of
 // group heads, blocked groups and the operators' actions.
 
+#include <mutex>
 #include <string>
 
 #include "outbox/groups.hpp"
@@ -14,7 +15,8 @@ std::string group_block_table_name(const std::string& table);
 
 /// GroupStore over `dialect` (which must outlive it) on `table` at schema version 5.
 /// `database_clock` as sql::StoreOptions::use_database_clock. Thread-safe (stateless apart from
-/// configuration). Throws std::invalid_argument on a bad table name.
+/// configuration and where assign_partitions() resumes). Throws std::invalid_argument on a bad
+/// table name.
 class SqlGroupStore final : public GroupStore {
  public:
   SqlGroupStore(const Dialect& dialect, std::string table, bool database_clock);
@@ -55,15 +57,16 @@ class SqlGroupStore final : public GroupStore {
 
  private:
   Statement statement() const { return Statement(dialect_, database_clock_); }
-  // " AND message_group = ? AND (partition_no = ? OR partition_no IS NULL)": the group's rows
-  // through the group index (a group is in one partition, or not yet assigned).
+  // " AND message_group = ? AND (partition_no = ? OR <no number, or one outside 0 … 63>)": the
+  // group's rows (a group is in one partition, or not yet numbered).
   void of_group(Statement& s, const std::string& message_group) const;
   // "SELECT message_group FROM <block table> WHERE message_group IN (…)".
   void select_blocked(Statement& s, const std::vector<std::string>& groups) const;
   // "SELECT DISTINCT message_group FROM (…) u": groups with pending rows outside the partitions
-  // (written by an outside client), of groups[from, from + n) when `groups` is given.
+  // (written by an outside client), of groups[from, from + n) when `groups` is given, after
+  // `*after` in key order when that is given.
   void select_unassigned(Statement& s, const std::vector<std::string>* groups, std::size_t from,
-                         std::size_t n) const;
+                         std::size_t n, const std::string* after = nullptr) const;
   // Every pending row of the group (after the one at `after` in insert order, when given) → DEAD
   // with `error`; the block row removed.
   int kill_group(Connection& conn, const std::string& message_group, const std::string& error,
@@ -80,6 +83,8 @@ class SqlGroupStore final : public GroupStore {
   bool database_clock_;
   bool fronts_;
   std::string columns_;
+  std::mutex assign_mutex_;    // guards assign_cursor_
+  std::string assign_cursor_;  // the last group assign_partitions() read ('' : from the start)
 };
 
 }  // namespace outbox::sql
