@@ -164,6 +164,24 @@ class GroupRaces : public testing::GroupFixture {
     return outside_rows(group, {{"m0", 0, false}, {"m1", 1, true}});
   }
 
+  // True when a runs() read asks for `group`.
+  static bool reads(const std::vector<std::pair<int, std::string>>& asked,
+                    const std::string& group) {
+    return std::any_of(asked.begin(), asked.end(),
+                       [&](const auto& g) { return g.second == group; });
+  }
+  // Starts the hooked node and waits until `group` has had `events` events delivered.
+  ::testing::AssertionResult run_until_seen(const std::string& group, std::size_t events,
+                                            const std::atomic<int>& stage,
+                                            std::chrono::milliseconds timeout = 30s) {
+    nodes_.front()->outbox->start();
+    if (wait_until([&] { return ledger_.seen(group).size() == events; }, timeout)) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure()
+           << "stage " << stage.load() << ", seen " << ledger_.seen(group).size();
+  }
+
   std::vector<std::shared_ptr<HookedGroupStore>> hooked_;
 };
 
@@ -197,9 +215,7 @@ TEST_P(GroupRaces, ARowGivenItsPartitionByAnotherNodeAfterTheReadIsNotOvertaken)
       }
     }
   };
-  nodes_.front()->outbox->start();
-  ASSERT_TRUE(wait_until([&] { return ledger_.seen(group).size() == 2; }))
-      << "stage " << stage.load();
+  ASSERT_TRUE(run_until_seen(group, 2, stage));
   EXPECT_EQ(stage.load(), 2);  // the race was run
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
@@ -233,19 +249,14 @@ TEST_P(GroupRaces, AFollowerWhoseNextHeadMovedIsNotClaimedPastARowWithoutAPartit
   hooks.before_runs = [&](sql::Connection& c,
                           const std::vector<std::pair<int, std::string>>& asked) {
     int one = 1;
-    const bool ours =
-        std::any_of(asked.begin(), asked.end(), [&](const auto& g) { return g.second == group; });
+    const bool ours = reads(asked, group);
     if (ours && stage.compare_exchange_strong(one, 2)) {
       c.execute(
           outside_rows(group, {{"late-0", per_group_, false}, {"late-1", per_group_ + 1, true}}));
     }
   };
   nodes_.front()->pool->acquire()->execute(outside_rows(group, first));
-  nodes_.front()->outbox->start();
-  ASSERT_TRUE(wait_until([&] {
-    return ledger_.seen(group).size() == static_cast<std::size_t>(per_group_ + 2);
-  })) << "stage "
-      << stage.load() << ", seen " << ledger_.seen(group).size();
+  ASSERT_TRUE(run_until_seen(group, per_group_ + 2, stage));
   EXPECT_EQ(stage.load(), 2);  // the race was run
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
@@ -266,8 +277,7 @@ TEST_P(GroupRaces, AFollowersRunIsNotClaimedPastARowWithoutAPartitionWrittenJust
   hooks.before_runs = [&](sql::Connection& c,
                           const std::vector<std::pair<int, std::string>>& asked) {
     int zero = 0;
-    const bool ours =
-        std::any_of(asked.begin(), asked.end(), [&](const auto& g) { return g.second == group; });
+    const bool ours = reads(asked, group);
     if (ours && ledger_.seen(group).size() == static_cast<std::size_t>(per_group_) &&
         stage.compare_exchange_strong(zero, 1)) {
       c.execute(outside_rows(
@@ -275,11 +285,7 @@ TEST_P(GroupRaces, AFollowersRunIsNotClaimedPastARowWithoutAPartitionWrittenJust
     }
   };
   nodes_.front()->pool->acquire()->execute(outside_rows(group, first));
-  nodes_.front()->outbox->start();
-  ASSERT_TRUE(wait_until([&] {
-    return ledger_.seen(group).size() == static_cast<std::size_t>(per_group_ + 3);
-  })) << "stage "
-      << stage.load() << ", seen " << ledger_.seen(group).size();
+  ASSERT_TRUE(run_until_seen(group, per_group_ + 3, stage));
   EXPECT_EQ(stage.load(), 1);  // the race was run
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
@@ -293,16 +299,13 @@ TEST_P(GroupRaces, AScansPickIsNotClaimedPastARowWithoutAPartitionWrittenJustBef
   hooks.before_runs = [&](sql::Connection& c,
                           const std::vector<std::pair<int, std::string>>& asked) {
     int zero = 0;
-    const bool ours =
-        std::any_of(asked.begin(), asked.end(), [&](const auto& g) { return g.second == group; });
+    const bool ours = reads(asked, group);
     if (ours && stage.compare_exchange_strong(zero, 1)) {
       c.execute(outside_rows(group, {{"late-0", 1, false}, {"late-1", 2, true}}));
     }
   };
   nodes_.front()->pool->acquire()->execute(outside_rows(group, {{"m0", 0, true}}));
-  nodes_.front()->outbox->start();
-  ASSERT_TRUE(wait_until([&] { return ledger_.seen(group).size() == 3U; }))
-      << "stage " << stage.load() << ", seen " << ledger_.seen(group).size();
+  ASSERT_TRUE(run_until_seen(group, 3, stage));
   EXPECT_EQ(stage.load(), 1);
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
@@ -475,15 +478,12 @@ TEST_P(GroupRaces, AnOutOfRangeRowNumberedByAnotherNodesRepartitionAfterTheReadI
   hooks.after_runs = [&](sql::Connection& c,
                          const std::vector<std::pair<int, std::string>>& asked) {
     int one = 1;
-    const bool ours =
-        std::any_of(asked.begin(), asked.end(), [&](const auto& g) { return g.second == group; });
+    const bool ours = reads(asked, group);
     if (ours && stage.compare_exchange_strong(one, 2)) {
       b.groups->repartition(c, group);  // node-b's scan of Q, on meeting #2
     }
   };
-  nodes_.front()->outbox->start();
-  ASSERT_TRUE(wait_until([&] { return ledger_.seen(group).size() == 3U; }, 20s))
-      << "stage " << stage.load() << ", seen " << ledger_.seen(group).size();
+  ASSERT_TRUE(run_until_seen(group, 3, stage, 20s));
   EXPECT_EQ(stage.load(), 2);  // the race was run
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
