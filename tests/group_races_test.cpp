@@ -159,6 +159,14 @@ class GroupRaces : public testing::GroupFixture {
     }
     return sql;
   }
+  // Rows m0 … m<count - 1>, numbered 0 … count - 1, with their partition.
+  static std::vector<OutsideRow> numbered_rows(int count) {
+    std::vector<OutsideRow> rows;
+    for (int n = 0; n < count; ++n) {
+      rows.push_back({"m" + std::to_string(n), n, true});
+    }
+    return rows;
+  }
   // Two rows of `group`: #0 without a partition, #1 with it.
   std::string outside_rows(const std::string& group) const {
     return outside_rows(group, {{"m0", 0, false}, {"m1", 1, true}});
@@ -229,10 +237,7 @@ TEST_P(GroupRaces, ARowGivenItsPartitionByAnotherNodeAfterTheReadIsNotOvertaken)
 TEST_P(GroupRaces, AFollowerWhoseNextHeadMovedIsNotClaimedPastARowWithoutAPartition) {
   auto& hooks = hooked_node("node-a");
   const std::string group = "followed-key";
-  std::vector<OutsideRow> first;
-  for (int n = 0; n < per_group_; ++n) {
-    first.push_back({"m" + std::to_string(n), n, true});
-  }
+  auto first = numbered_rows(per_group_);
   first.push_back({"skipped", 99, true});  // the row the first run's read sees behind it
   // 0: the first run not delivered yet; 1: delivered and the row behind it gone DEAD; 2: the
   // next claim of the group was about to read its run, and the outside writer's rows were
@@ -269,10 +274,7 @@ TEST_P(GroupRaces, AFollowerWhoseNextHeadMovedIsNotClaimedPastARowWithoutAPartit
 TEST_P(GroupRaces, AFollowersRunIsNotClaimedPastARowWithoutAPartitionWrittenJustBeforeItsRead) {
   auto& hooks = hooked_node("node-a");
   const std::string group = "followed-key";
-  std::vector<OutsideRow> first;
-  for (int n = 0; n <= per_group_; ++n) {
-    first.push_back({"m" + std::to_string(n), n, true});  // #5: the follower's next head
-  }
+  const auto first = numbered_rows(per_group_ + 1);  // #5: the follower's next head
   std::atomic<int> stage{0};
   hooks.before_runs = [&](sql::Connection& c,
                           const std::vector<std::pair<int, std::string>>& asked) {

@@ -76,9 +76,9 @@ class GroupPartitions {
     int partition;
     std::string group;
     std::vector<std::string> ids;
-    bool front = false;    // from a front: the rows behind its head are read before the claim
-    bool follows = false;  // a follower (ids: the head its last run's read saw next)
-    std::string next;      // after read_runs(): the row its read saw right behind its run, if any
+    bool front = false;  // from a front: the rows behind its head are read before the claim
+    // After read_runs(): the row its read saw right behind its run, when that one was due.
+    std::string next;
   };
   // A group whose last run here ended with rows behind it: the first of those, seen by that
   // run's read, is the head its next run must start with.

@@ -66,6 +66,11 @@ std::optional<int> partition_of_lease(std::string_view name) {
 namespace outbox::sql {
 namespace {
 
+// A row without a partition number, or with one outside 0 … 63: a writer outside this library
+// left it to the partition's holder to number.
+const std::string kUnnumbered = "partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
+                                std::to_string(kMessageGroupPartitions);
+
 // Runs `fn` in a transaction of its own unless the connection is in one already.
 template <typename Fn>
 auto in_transaction(Connection& conn, Fn&& fn) {
@@ -108,8 +113,7 @@ void SqlGroupStore::of_group(Statement& s, const std::string& message_group) con
   s.sql(" AND message_group = ").param(message_group);
   s.sql(" AND (partition_no = ")
       .param(std::int64_t{message_group_partition(message_group)})
-      .sql(" OR partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
-           std::to_string(kMessageGroupPartitions) + ")");
+      .sql(" OR " + kUnnumbered + ")");
 }
 
 void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::string>* groups,
@@ -182,8 +186,7 @@ int SqlGroupStore::assign_partitions(Connection& conn,
         .param(std::int64_t{partition})
         .sql(" WHERE " + dialect_.group_pending_filter() + " AND message_group = ")
         .param(group)
-        .sql(" AND (partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
-             std::to_string(kMessageGroupPartitions) + ")");
+        .sql(" AND (" + kUnnumbered + ")");
     append_fence(s, dialect_, lease_table_, *lease->second);
     assigned += static_cast<int>(s.execute(conn));
   }
