@@ -72,9 +72,9 @@ OutboxDispatcher::OutboxDispatcher(Options options) : options_(std::move(options
         "OutboxDispatcher: claim_timeout must be positive with claim_owner");
   }
   if (options_.max_concurrent_groups > 0 &&
-      (options_.ordered || !options_.partition_held || !options_.group_store)) {
+      (options_.ordered || !options_.partition_lease || !options_.group_store)) {
     throw std::invalid_argument(
-        "OutboxDispatcher: max_concurrent_groups needs partition_held and group_store, and is "
+        "OutboxDispatcher: max_concurrent_groups needs partition_lease and group_store, and is "
         "not for ordered mode");
   }
   if (options_.ordered && (options_.worker_count != 1 || options_.max_batch_size != 1)) {
@@ -209,7 +209,9 @@ std::uint64_t OutboxDispatcher::expired_claims_dropped() const {
 bool OutboxDispatcher::claim_lapsed(const QueuedEvent& event) const {
   // Half the lease: the heartbeat renews every quarter, so only a heartbeat that failed (or a
   // transaction that stayed open that long) gets here, well before another node could take it.
-  return !options_.claim_owner.empty() && event.claimed_at &&
+  // A grouped event's row is held by its partition's lease, not by a claim (GroupStore::claim):
+  // whether it may still go out is asked of the lease when it is taken.
+  return !options_.claim_owner.empty() && event.claimed_at && !grouped(event) &&
          std::chrono::steady_clock::now() - *event.claimed_at >= options_.claim_timeout / 2;
 }
 
@@ -258,7 +260,7 @@ OutboxDispatcher::EnqueueResult OutboxDispatcher::admit(QueuedEvent event, bool 
   if (!reserved && !ledger_->acquire(id)) {
     return EnqueueResult::Duplicate;  // already queued or being processed here
   }
-  if (event.partition && options_.max_concurrent_groups > 0) {
+  if (grouped(event)) {
     const std::string& group = event.envelope.message_group().value_or(std::string());
     grouped_.emplace(id, std::make_pair(*event.partition, group));
     ++partition_load_[*event.partition];
@@ -431,8 +433,7 @@ void OutboxDispatcher::worker_loop() {
           groups.push_back(*group);
         }
         const bool stop = group && stopped.contains(*group);
-        if (!act || stop ||
-            (e.partition && options_.partition_held && !options_.partition_held(*e.partition))) {
+        if (!act || stop || (grouped(e) && !lease_for(e))) {
           idle.push_back(e.envelope.event_id());
           if (group) {
             stopped.insert(*group);
@@ -648,8 +649,11 @@ bool OutboxDispatcher::complete(QueuedEvent& queued, const DeliveryResult& resul
     flusher_->add(event.event_id());  // counted as a success once its DONE mark is written
     return true;
   }
-  if (change.outcome == Outcome::Dead && event.message_group() &&
-      options_.max_concurrent_groups > 0) {
+  if (grouped(queued) && !hold_for_failure(queued)) {
+    finish(event.event_id());
+    return false;
+  }
+  if (change.outcome == Outcome::Dead && grouped(queued)) {
     return apply_group_policy(queued, change.message);
   }
   const bool written = status_writer_->write(event.event_id(), change);
@@ -677,6 +681,34 @@ bool OutboxDispatcher::complete(QueuedEvent& queued, const DeliveryResult& resul
       break;
   }
   return change.outcome == Outcome::Done && written;
+}
+
+std::optional<LeaseToken> OutboxDispatcher::lease_for(const QueuedEvent& event) const {
+  auto lease = options_.partition_lease(*event.partition);
+  if (lease && event.lease_epoch && lease->epoch != *event.lease_epoch) {
+    return std::nullopt;
+  }
+  return lease;
+}
+
+bool OutboxDispatcher::hold_for_failure(const QueuedEvent& queued) {
+  const std::string& id = queued.envelope.event_id();
+  try {
+    if (const auto lease = lease_for(queued)) {
+      auto conn = options_.connection_provider->acquire();
+      if (options_.group_store->hold(*conn, id, *lease, options_.claim_owner,
+                                     options_.clock->now())) {
+        return true;
+      }
+    }
+    log(LogLevel::Warning, "event " + id +
+                               ": its partition was handed over (or the row settled) before its "
+                               "failure was recorded; left to the partition's holder");
+  } catch (const std::exception& e) {
+    log(LogLevel::Error,
+        "event " + id + ": recording its failure failed (the row stays pending): " + e.what());
+  }
+  return false;
 }
 
 bool OutboxDispatcher::apply_group_policy(const QueuedEvent& queued, const std::string& message) {
@@ -794,12 +826,16 @@ std::vector<std::string> OutboxDispatcher::held_claims() {
   std::vector<std::string> ids;
   std::lock_guard lock(queue_mutex_);
   queue_->for_each([&](QueuedEvent& e) {
-    if (!claim_lapsed(e)) {  // a lapsed claim may belong to another node by now
+    // A lapsed claim may belong to another node by now; a grouped row has no claim to renew.
+    if (!claim_lapsed(e) && !grouped(e)) {
       ids.push_back(e.envelope.event_id());
     }
   });
-  const auto& running = ledger_->running_ids();
-  ids.insert(ids.end(), running.begin(), running.end());
+  for (const auto& id : ledger_->running_ids()) {
+    if (!grouped_.contains(id)) {
+      ids.push_back(id);
+    }
+  }
   return ids;
 }
 

@@ -21,6 +21,7 @@
 #include "outbox/clock.hpp"
 #include "outbox/delivery_result.hpp"
 #include "outbox/envelope.hpp"
+#include "outbox/lease.hpp"
 #include "outbox/queued_event.hpp"
 
 namespace outbox {
@@ -109,9 +110,10 @@ class OutboxDispatcher {
     /// the group's waiting events are dropped (the poller brings them back behind their head).
     /// 0: message groups are not scheduled apart. Not with ordered.
     std::size_t max_concurrent_groups = 0;
-    /// Message groups: an event of a partition is delivered only while this returns true for it
-    /// (its partition lease is held); otherwise it is left in the table. Required with groups.
-    std::function<bool(int partition)> partition_held;
+    /// Message groups: an event of a partition is delivered only while this returns the
+    /// partition's lease (held here); otherwise it is left in the table. A failure is written
+    /// under that lease (GroupStore::hold). Required with groups.
+    std::function<std::optional<LeaseToken>(int partition)> partition_lease;
     /// Message groups: records groups blocked or dead-lettered by their failure policy. Required
     /// with groups.
     std::shared_ptr<GroupStore> group_store;
@@ -217,6 +219,15 @@ class OutboxDispatcher {
   // A grouped event failed for good: applies its group's failure policy; true when the group
   // may go on.
   bool apply_group_policy(const QueuedEvent& queued, const std::string& message);
+  // A grouped event's row is read, not locked: locks it for this owner under its partition's
+  // lease before its failure is written. False (logged) when the partition or the row is gone.
+  bool hold_for_failure(const QueuedEvent& queued);
+  // The lease of a grouped event's partition while the holding it was read under lasts.
+  std::optional<LeaseToken> lease_for(const QueuedEvent& event) const;
+  // Scheduled as a message group's: its partition's lease holds it.
+  bool grouped(const QueuedEvent& event) const {
+    return event.partition && options_.max_concurrent_groups > 0;
+  }
   // After a worker ran a group's take: frees the group, dropping its waiting events unless
   // `go_on`.
   void end_group(const std::string& group, bool go_on);

@@ -68,9 +68,7 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
     for (std::size_t m : members) {
       const auto& queued = events[m];
       const auto& group = queued.envelope.message_group();
-      if (!act || (group && stopped.contains(*group)) ||
-          (queued.partition && options_.partition_held &&
-           !options_.partition_held(*queued.partition))) {
+      if (!act || (group && stopped.contains(*group)) || (grouped(queued) && !lease_for(queued))) {
         leave(queued);
         std::lock_guard lock(queue_mutex_);
         ++inactive_dropped_;

@@ -72,7 +72,8 @@ struct GroupStats {
 };
 
 /// The storage of message groups. Implementations are thread-safe; database failures throw
-/// outbox::StoreError. Writes made for a claim holder are conditioned on locked_by = owner.
+/// outbox::StoreError. Failures written for a holder are conditioned on locked_by = owner (see
+/// hold()).
 class GroupStore {
  public:
   virtual ~GroupStore() = default;
@@ -117,14 +118,22 @@ class GroupStore {
   /// Sets partition_no to the key's partition on the pending rows of `group` that have another
   /// one (a writer that computed it wrongly). Returns rows changed.
   virtual int repartition(sql::Connection& conn, const std::string& group) = 0;
-  /// Claims the pending rows among `event_ids` (locked_by = owner, locked_at = now) whose
-  /// partition's lease among `partition_leases` ("part:<n>") is live in the database, in the same
-  /// statement; returns the rows claimed, in the order of `event_ids`. Throws
+  /// Reads the pending rows among `event_ids` whose partition's lease among `partition_leases`
+  /// ("part:<n>") is live in the database, in the same statement; returns them in the order of
+  /// `event_ids`. Writes nothing: a grouped row is held by its partition's lease, not locked
+  /// (its DONE mark needs no lock; a failure is written after hold()). Throws
   /// std::invalid_argument for a lease that is not a partition's.
   virtual std::vector<OutboxEvent> claim(sql::Connection& conn,
                                          const std::vector<LeaseToken>& partition_leases,
                                          const std::vector<std::string>& event_ids,
-                                         std::string_view owner, Timestamp now) = 0;
+                                         Timestamp now) = 0;
+  /// Locks the pending row `event_id` for `owner` (locked_by, locked_at = now) if its partition's
+  /// lease `partition_lease` is live in the database, in the same statement: before a failure is
+  /// written for it (those writes are conditioned on locked_by = owner). False when the lease or
+  /// the row is no longer there. Throws std::invalid_argument for a lease that is not a
+  /// partition's.
+  virtual bool hold(sql::Connection& conn, std::string_view event_id,
+                    const LeaseToken& partition_lease, std::string_view owner, Timestamp now) = 0;
   /// The head `event_id` failed for good under Block: it stays pending (attempts + 1, the error
   /// kept) and its group is recorded as blocked. False when `owner` no longer holds its claim.
   virtual bool block(sql::Connection& conn, std::string_view event_id,

@@ -166,7 +166,7 @@ void require_unset_filled_fields(const Outbox::Options& o) {
   require_unset(d.claim_timeout.count() != 0, "dispatcher.claim_timeout", "claim_locking");
   require_unset(d.ordered, "dispatcher.ordered", "Outbox::ordered()");
   require_unset(o.lease && d.active, "dispatcher.active", "lease");
-  require_unset(d.max_concurrent_groups != 0 || d.partition_held || d.group_store ||
+  require_unset(d.max_concurrent_groups != 0 || d.partition_lease || d.group_store ||
                     d.group_failure_policy || d.group_ended,
                 "dispatcher's message-group fields", "groups");
   const auto& p = o.poller;
@@ -328,8 +328,8 @@ Outbox Outbox::build(Options o, Mode mode) {
     }
     if (o.groups) {
       dispatcher.max_concurrent_groups = o.groups->max_concurrent_groups;
-      dispatcher.partition_held = [groups = outbox.groups_.get()](int p) {
-        return groups->held(p);
+      dispatcher.partition_lease = [groups = outbox.groups_.get()](int p) {
+        return groups->lease(p);
       };
       dispatcher.group_store = o.groups->store;
       dispatcher.group_failure_policy = o.groups->on_failure;

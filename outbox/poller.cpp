@@ -58,6 +58,7 @@ std::size_t DispatcherPollerHandler::handle_all(std::vector<ClaimedEvent> events
                                  cycle.started, cycle.scan_token});
     if (e.partition >= 0) {
       queued.back().partition = e.partition;
+      queued.back().lease_epoch = e.lease_epoch;
     }
   }
   const auto r = dispatcher_.enqueue_cold_all(std::move(queued));

@@ -38,6 +38,7 @@ struct ClaimedEvent {
   EventEnvelope envelope;
   int attempts = 0;
   int partition = 0;
+  std::int64_t lease_epoch = 0;  ///< of the partition's lease it was read under
 };
 
 /// One poll cycle, from before its query until its rows are handed over. A background cycle's

@@ -29,6 +29,10 @@ struct QueuedEvent {
   const void* batch_key = nullptr;
   /// The row's partition (grouped events from the poller): delivered only while it is held.
   std::optional<int> partition;
+  /// With `partition`: the epoch of the partition's lease the row was read under. Delivered only
+  /// while that holding lasts (a row read before a lapse may have gone out from another node
+  /// since, and the group on past it).
+  std::optional<std::int64_t> lease_epoch;
 };
 
 }  // namespace outbox

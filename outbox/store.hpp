@@ -105,7 +105,8 @@ class OutboxStore {
   virtual void insert_batch(sql::Connection& conn, const std::vector<EventEnvelope>& events,
                             std::string_view lock_owner = {}) = 0;
   /// NEW/RETRY → DONE, clearing the claim. Returns rows changed (0 if already terminal, absent,
-  /// or claimed by another owner).
+  /// or claimed by another owner). A row of a message group counts whoever holds it: its
+  /// partition's lease holds it, not a lock (GroupStore::claim).
   virtual int mark_done(sql::Connection& conn, std::string_view event_id, Timestamp now,
                         std::string_view owner = {}) = 0;
   /// mark_done for many ids in one statement per chunk; returns rows changed.

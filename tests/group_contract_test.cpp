@@ -89,10 +89,18 @@ class GroupContract : public StreamFixture {
     }
     return out;
   }
+  // Reads the rows under `token`, then holds each for `owner`, as a relay does before it writes
+  // a failure: the ids held.
   std::vector<std::string> claim(const std::vector<std::string>& ids, const LeaseToken& token,
                                  const std::string& owner = "relay-a") {
     auto conn = pool_->acquire();
-    return ids_of(groups_->claim(*conn, {token}, ids, owner, Clock::system()->now()));
+    std::vector<std::string> held;
+    for (const auto& id : ids_of(groups_->claim(*conn, {token}, ids, Clock::system()->now()))) {
+      if (groups_->hold(*conn, id, token, owner, Clock::system()->now())) {
+        held.push_back(id);
+      }
+    }
+    return held;
   }
   std::shared_ptr<GroupStore> groups_;
 };
@@ -230,25 +238,52 @@ TEST_P(GroupContract, AClaimNeedsThePartitionLeaseLiveInTheDatabase) {
   write({grouped("e1", "acct-9"), grouped("e2", "acct-9")});
   const int p = message_group_partition("acct-9");
   const auto token = take(partition_lease_name(p));
-  // The lease of another partition, or an old epoch, claims nothing; a lease that is no
+  auto conn = pool_->acquire();
+  const auto now = Clock::system()->now();
+  const auto read = [&](const LeaseToken& t, const std::vector<std::string>& ids) {
+    return ids_of(groups_->claim(*conn, {t}, ids, now));
+  };
+  // The lease of another partition, or an old epoch, reads and holds nothing; a lease that is no
   // partition's is refused.
   const auto other = take(partition_lease_name((p + 1) % kMessageGroupPartitions));
-  EXPECT_TRUE(claim({"e1", "e2"}, other).empty());
-  EXPECT_THROW(claim({"e1"}, take("leader")), std::invalid_argument);
+  EXPECT_TRUE(read(other, {"e1", "e2"}).empty());
+  EXPECT_FALSE(groups_->hold(*conn, "e1", other, "relay-a", now));
+  const auto leader = take("leader");
+  EXPECT_THROW(read(leader, {"e1"}), std::invalid_argument);
+  EXPECT_THROW(groups_->hold(*conn, "e1", leader, "relay-a", now), std::invalid_argument);
   LeaseToken stale = token;
   stale.epoch -= 1;
-  EXPECT_TRUE(claim({"e1", "e2"}, stale).empty());
-  EXPECT_EQ(claim({"e2", "e1"}, token), (std::vector<std::string>{"e2", "e1"}));
-  auto conn = pool_->acquire();
+  EXPECT_TRUE(read(stale, {"e1", "e2"}).empty());
+  EXPECT_FALSE(groups_->hold(*conn, "e1", stale, "relay-a", now));
+  // The claim reads, in the order asked, and writes nothing: the lease holds the rows.
+  EXPECT_EQ(read(token, {"e2", "e1"}), (std::vector<std::string>{"e2", "e1"}));
+  EXPECT_FALSE(store_->find(*conn, "e1")->locked_by);
+  // A hold (before a failure is written) locks the row for its owner.
+  ASSERT_TRUE(groups_->hold(*conn, "e1", token, "relay-a", now));
   EXPECT_EQ(store_->find(*conn, "e1")->locked_by, "relay-a");
-  // Released, then taken by another relay: the first relay's token claims nothing any more, and
-  // the new holder claims over the old holder's row claims.
+  // Released, then taken by another relay: the first relay's token reads and holds nothing any
+  // more, and the new holder holds over the old holder's lock.
   ASSERT_TRUE(leases_->release(*conn, token));
   const auto taken = take(partition_lease_name(p), "relay-b");
-  EXPECT_TRUE(claim({"e1"}, token).empty());
-  EXPECT_EQ(claim({"e1"}, taken, "relay-b"), (std::vector<std::string>{"e1"}));
-  // The old holder's status writes are refused: the row's claim is another's.
-  EXPECT_EQ(store_->mark_done(*conn, "e1", Clock::system()->now(), "relay-a"), 0);
+  EXPECT_TRUE(read(token, {"e1"}).empty());
+  EXPECT_FALSE(groups_->hold(*conn, "e1", token, "relay-a", now));
+  EXPECT_EQ(read(taken, {"e1"}), (std::vector<std::string>{"e1"}));
+  ASSERT_TRUE(groups_->hold(*conn, "e1", taken, "relay-b", now));
+  // The old holder's failure writes are refused: the row is held by another.
+  EXPECT_EQ(store_->mark_retry(*conn, "e1", now, 0ms, "HTTP 503", "relay-a"), 0);
+  EXPECT_EQ(store_->mark_dead(*conn, "e1", now, "bad", true, "relay-a"), 0);
+  EXPECT_FALSE(groups_->block(*conn, "e1", "acct-9", "boom", now, "relay-a"));
+  // A DONE mark says the row was delivered, whoever delivered it: counted from any relay (a
+  // grouped row is not locked while it is delivered).
+  EXPECT_EQ(store_->mark_done(*conn, "e2", now, "relay-a"), 1);
+  EXPECT_EQ(store_->mark_done(*conn, "e1", now, "relay-a"), 1);
+  EXPECT_EQ(store_->mark_done(*conn, "e1", now, "relay-b"), 0);  // once
+  // An ungrouped row's mark still needs its claim's owner.
+  write({plain("u1")});
+  const auto later = Clock::system()->now() + 1s;
+  ASSERT_EQ(store_->claim_pending(*conn, "relay-b", later, 30s, 0ms, 10).size(), 1U);
+  EXPECT_EQ(store_->mark_done(*conn, "u1", now, "relay-a"), 0);
+  EXPECT_EQ(store_->mark_done(*conn, "u1", now, "relay-b"), 1);
 }
 
 TEST_P(GroupContract, BlockKeepsTheHeadPendingAndTheOperatorsActionsDoWhatTheySay) {
@@ -454,8 +489,7 @@ TEST_P(GroupContract, AClaimReturnsOnlyRowsOfPartitionsWhoseLeaseIsLiveNow) {
   auto conn = pool_->acquire();
   conn->execute("UPDATE " + sql::lease_table_name(table_) +
                 " SET epoch = epoch + 1 WHERE name = '" + pa.name + "'");
-  const auto rows =
-      groups_->claim(*conn, {pa, pb}, {"a1", "b1"}, "relay-a", Clock::system()->now());
+  const auto rows = groups_->claim(*conn, {pa, pb}, {"a1", "b1"}, Clock::system()->now());
   EXPECT_EQ(ids_of(rows), std::vector<std::string>{"b1"});
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "outbox/sql/dialect.hpp"
+#include "outbox/sql/lease_store.hpp"
 #include "tests/support/group_fixture.hpp"
 
 namespace outbox {
@@ -89,13 +90,16 @@ class HookedGroupStore final : public GroupStore {
     return inner_->repartition(c, group);
   }
   std::vector<OutboxEvent> claim(sql::Connection& c, const std::vector<LeaseToken>& leases,
-                                 const std::vector<std::string>& ids, std::string_view owner,
-                                 Timestamp now) override {
-    auto rows = inner_->claim(c, leases, ids, owner, now);
+                                 const std::vector<std::string>& ids, Timestamp now) override {
+    auto rows = inner_->claim(c, leases, ids, now);
     if (after_claim) {
       after_claim(rows);
     }
     return rows;
+  }
+  bool hold(sql::Connection& c, std::string_view id, const LeaseToken& lease,
+            std::string_view owner, Timestamp now) override {
+    return inner_->hold(c, id, lease, owner, now);
   }
   bool block(sql::Connection& c, std::string_view id, std::string_view group,
              std::string_view error, Timestamp now, std::string_view owner) override {
@@ -493,6 +497,59 @@ TEST_P(GroupRaces, RowsClaimedJustBeforeTheirPartitionIsHandedOverAreDeliveredOn
   EXPECT_GT(ledger_.by_node()["node-b"], 0);
   EXPECT_EQ(ledger_.repeats(), 0);
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+}
+
+// A run read under a partition's lease, and before it reaches the dispatcher the lease lapses:
+// another relay takes the partition, delivers the run (its rows DONE) and leaves, and this node
+// takes the partition again, under a new epoch. The rows read under the old epoch must not go out
+// from here (the group may be past them by now): they are left in the table.
+TEST_P(GroupRaces, ARunReadBeforeItsPartitionLapsedIsNotDeliveredUnderTheNextHolding) {
+  auto& hooks = hooked_node("node-a");
+  auto& a = *nodes_.back();
+  const std::string group = "lapsed-key";
+  const int partition = message_group_partition(group);
+  const std::string lease = partition_lease_name(partition);
+  // 0: not claimed yet; 1: claimed, taken over, delivered elsewhere and regained here; 2: the
+  // same, but the partition was not regained in time.
+  std::atomic<int> stage{0};
+  std::atomic<std::int64_t> regained_epoch{0};
+  hooks.after_claim = [&](const std::vector<OutboxEvent>& rows) {
+    int zero = 0;
+    if (rows.empty() || rows.front().message_group != group ||
+        !stage.compare_exchange_strong(zero, 2)) {
+      return;
+    }
+    const auto before = a.leases->token(lease);
+    auto conn = a.pool->acquire();
+    const std::string leases = sql::lease_table_name(table_);
+    conn->execute("UPDATE " + leases + " SET owner = 'node-x', epoch = epoch + 1 WHERE name = '" +
+                  lease + "'");
+    std::string ids;
+    for (const auto& r : rows) {
+      ids += (ids.empty() ? "'" : ", '") + r.event_id + "'";
+    }
+    conn->execute("UPDATE " + table_ + " SET status = " + sql::status_sql(EventStatus::Done) +
+                  " WHERE event_id IN (" + ids + ")");
+    conn->execute("UPDATE " + leases + " SET owner = NULL, expires_at = NULL WHERE name = '" +
+                  lease + "'");
+    if (wait_until(
+            [&] {
+              const auto now = a.leases->token(lease);
+              return before && now && now->epoch > before->epoch;
+            },
+            20s)) {
+      regained_epoch = a.leases->token(lease)->epoch;
+      stage = 1;
+    }
+  };
+  insert_rows(a, {group}, 3);
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return stage.load() != 0; }, 20s));
+  // Left in the table, not delivered: dropped as not held under their holding.
+  ASSERT_TRUE(wait_until([&] { return a.outbox->dispatcher()->inactive_dropped() >= 1; }, 20s));
+  EXPECT_EQ(stage.load(), 1);
+  EXPECT_GT(regained_epoch.load(), 0);
+  EXPECT_TRUE(ledger_.seen(group).empty());
 }
 
 // repartition() (called by any node whose scan meets a key's row in a partition not its

@@ -147,6 +147,13 @@ bool GroupPartitions::held(int partition) const {
          partitions_[static_cast<std::size_t>(partition)]->deliverable();
 }
 
+std::optional<LeaseToken> GroupPartitions::lease(int partition) const {
+  if (!held(partition)) {
+    return std::nullopt;
+  }
+  return options_.leases->token(partitions_[static_cast<std::size_t>(partition)]->lease());
+}
+
 void GroupPartitions::balance() {
   try {
     std::vector<LeaseBalancer::Item*> items;
@@ -542,14 +549,19 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   idle_follow_ups_ = 0;
   followed_up_ = (filled && !bounded) || pages_full || (rest == 0 && !filled);
   std::vector<LeaseToken> fences;
+  std::unordered_map<int, std::int64_t> epochs;
   for (const auto& [number, token] : held) {
     if (claimed_in.contains(number)) {
       fences.push_back(token);
+      epochs.emplace(number, token.epoch);
     }
   }
+  auto events = decode(conn, options_.store->claim(conn, fences, ids, now), now);
+  for (auto& e : events) {
+    e.lease_epoch = epochs[e.partition];
+  }
   // Claimed something and left claimable rows behind: the next cycle need not wait.
-  return {decode(conn, options_.store->claim(conn, fences, ids, options_.owner, now), now),
-          followed_up_};
+  return {std::move(events), followed_up_};
 }
 
 std::vector<ClaimedEvent> GroupPartitions::decode(sql::Connection& conn,
@@ -602,6 +614,12 @@ bool GroupPartitions::settle_undecodable(sql::Connection& conn, const OutboxEven
   log(LogLevel::Error, "event " + row.event_id + " of message group '" + sanitize_utf8(group) +
                            "' cannot be decoded (" + error + "); " +
                            std::string(to_string(policy)));
+  // Read, not locked (GroupStore::claim): locked for the failure's write under the partition's
+  // lease, so nothing is written once the partition has moved.
+  const auto held = lease(row.partition_no.value_or(-1));
+  if (!held || !options_.store->hold(conn, row.event_id, *held, options_.owner, now)) {
+    return false;
+  }
   switch (policy) {
     case GroupFailurePolicy::Skip:
       options_.outbox_store->mark_dead(conn, row.event_id, now, error, false, options_.owner);

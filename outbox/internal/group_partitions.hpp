@@ -59,6 +59,8 @@ class GroupPartitions {
 
   /// True while this node may deliver events of `partition` (held, not being handed back).
   bool held(int partition) const;
+  /// The lease of `partition` while held() is true for it.
+  std::optional<LeaseToken> lease(int partition) const;
   /// The poller's claim: due group heads and up to per_group rows behind each, in the partitions
   /// held, at most `limit` rows, the oldest heads first: read from each held partition's front
   /// (its first rows in insert order), from a bounded scan in key order where a front shows

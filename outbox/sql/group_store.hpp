@@ -41,8 +41,9 @@ class SqlGroupStore final : public GroupStore {
   std::vector<std::string> unassigned(Connection& conn,
                                       const std::vector<std::string>& groups) override;
   std::vector<OutboxEvent> claim(Connection& conn, const std::vector<LeaseToken>& partition_leases,
-                                 const std::vector<std::string>& event_ids, std::string_view owner,
-                                 Timestamp now) override;
+                                 const std::vector<std::string>& event_ids, Timestamp now) override;
+  bool hold(Connection& conn, std::string_view event_id, const LeaseToken& partition_lease,
+            std::string_view owner, Timestamp now) override;
   bool block(Connection& conn, std::string_view event_id, std::string_view message_group,
              std::string_view error, Timestamp now, std::string_view owner) override;
   int dead_letter(Connection& conn, std::string_view event_id, std::string_view message_group,
@@ -60,6 +61,9 @@ class SqlGroupStore final : public GroupStore {
   // " AND message_group = ? AND (partition_no = ? OR <no number, or one outside 0 … 63>)": the
   // group's rows (a group is in one partition, or not yet numbered).
   void of_group(Statement& s, const std::string& message_group) const;
+  // " AND <grouped pending> AND ((partition_no = ? AND <its lease live>) OR …)": rows only under
+  // their own partition's lease, live in the database with that epoch.
+  void fenced_by(Statement& s, const std::vector<LeaseToken>& partition_leases) const;
   // "SELECT message_group FROM <block table> WHERE message_group IN (…)".
   void select_blocked(Statement& s, const std::vector<std::string>& groups) const;
   // "SELECT DISTINCT message_group FROM (…) u": groups with pending rows outside the partitions

@@ -131,6 +131,14 @@ void SqlOutboxStore::condition_on_lease(Statement& s) const {
   append_fence(s, dialect_, lease_table_, *token);
 }
 
+void SqlOutboxStore::done_by(Statement& s, std::string_view owner) {
+  // A grouped row is held by its partition's lease, not locked (GroupStore::claim): a DONE mark
+  // says it was delivered, whoever delivered it. Other rows only while `owner` holds their claim.
+  if (!owner.empty()) {
+    s.sql(" AND (message_group IS NOT NULL OR locked_by = ").param(TextRef{owner}).sql(")");
+  }
+}
+
 int SqlOutboxStore::fenced_result(std::int64_t changed, std::size_t expected) const {
   if (options_.fence && changed < static_cast<std::int64_t>(expected)) {
     options_.fence->verify();
@@ -299,8 +307,8 @@ int SqlOutboxStore::mark_done(Connection& conn, std::string_view event_id, Times
       .now(now)
       .sql(", locked_by = NULL, locked_at = NULL WHERE event_id = ")
       .param(TextRef{event_id})
-      .sql(" AND " + pending_statuses())
-      .owned_by(owner);
+      .sql(" AND " + pending_statuses());
+  done_by(s, owner);
   condition_on_lease(s);
   return fenced_result(s.execute(conn), 1);
 }
@@ -317,8 +325,8 @@ int SqlOutboxStore::mark_done_batch(Connection& conn, const std::vector<std::str
         .now(now)
         .sql(", locked_by = NULL, locked_at = NULL WHERE")
         .ids_in("event_id", event_ids, i, n)
-        .sql(" AND " + pending_statuses())
-        .owned_by(owner);
+        .sql(" AND " + pending_statuses());
+    done_by(s, owner);
     condition_on_lease(s);
     changed += fenced_result(s.execute(conn), n);
   }

@@ -93,6 +93,8 @@ class SqlOutboxStore : public OutboxStore {
   /// With a fence: appends the lease condition, or throws LeaseLostError when the lease is not
   /// held. Without one: nothing.
   void condition_on_lease(Statement& s) const;
+  /// A DONE mark's condition on who holds the row (the rest of the store: locked_by = owner).
+  static void done_by(Statement& s, std::string_view owner);
   /// With a fence: a write that changed fewer than `expected` rows has the holding verified (it
   /// may have changed nothing because the lease is gone). Returns `changed`.
   int fenced_result(std::int64_t changed, std::size_t expected) const;

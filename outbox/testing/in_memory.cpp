@@ -24,6 +24,10 @@ bool pending(const OutboxEvent& e) {
 bool updatable(const OutboxEvent& e, std::string_view owner) {
   return pending(e) && (owner.empty() || e.locked_by == owner);
 }
+// A DONE mark's: a grouped row is held by its partition's lease, not locked (as SqlOutboxStore).
+bool markable_done(const OutboxEvent& e, std::string_view owner) {
+  return updatable(e, e.message_group ? std::string_view() : owner);
+}
 
 void clear_claim(OutboxEvent& e) {
   e.locked_by.reset();
@@ -179,7 +183,7 @@ int InMemoryOutboxStore::mark_done_batch(sql::Connection& conn,
   int changed = 0;
   for (const auto& id : event_ids) {
     changed += change_row(db.ids_, db.rows_, id, [&](OutboxEvent& e) {
-      if (!updatable(e, owner)) {
+      if (!markable_done(e, owner)) {
         return false;
       }
       e.status = EventStatus::Done;
