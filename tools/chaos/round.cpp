@@ -40,7 +40,8 @@ constexpr auto kStall = kRequestTimeout + 500ms;
 
 // What one relay may have delivered without its acknowledgement reaching the table, by its
 // configuration, where its claims cannot be counted: a subscription's batch (rows are not
-// claimed), the ordered leader's queue and poll (no claim locking). In claim modes the harness
+// claimed), the ordered leader's queue and poll (no claim locking), what a relay holds of its
+// partitions' groups (held by the lease, not stamped). With claims (concurrent mode) the harness
 // counts the claimed rows themselves at each fault.
 std::size_t configured_in_flight(const std::string& mode) {
   if (mode == "subscription") {
@@ -53,8 +54,11 @@ std::size_t configured_in_flight(const std::string& mode) {
   return bound;
 }
 
+// Whether the mode's claims stamp the rows (locked_by), so that what a relay holds can be counted
+// in the table. A message group's rows are held by their partition's lease, not stamped: there the
+// relays' configuration bounds it, as in the modes without claims.
 bool claims_rows(const std::string& mode) {
-  return mode == "groups" || mode == "concurrent";
+  return mode == "concurrent";
 }
 
 std::string placeholder(sql::Connection& conn) {
@@ -297,10 +301,12 @@ RoundResult run_round(const RoundOptions& o) {
     };
     // What a fault may make be delivered again: in claim modes the rows the relay (or every
     // relay) holds claimed at that moment, else what its configuration lets it hold.
-    // (Ordered and subscription modes: one relay delivers, the leader or the holder.)
+    // (Ordered and subscription modes: one relay delivers, the leader or the holder; groups: every
+    // relay, each its partitions.)
     auto in_flight = [&](const std::string& relay) -> std::size_t {
       if (!claims_rows(o.mode)) {
-        return configured_in_flight(o.mode);
+        const auto one = configured_in_flight(o.mode);
+        return relay.empty() && o.mode == "groups" ? one * static_cast<std::size_t>(o.relays) : one;
       }
       try {
         auto pool = open_pool(o.db, 1);
