@@ -649,12 +649,8 @@ bool OutboxDispatcher::complete(QueuedEvent& queued, const DeliveryResult& resul
     flusher_->add(event.event_id());  // counted as a success once its DONE mark is written
     return true;
   }
-  if (grouped(queued) && !hold_for_failure(queued)) {
-    finish(event.event_id());
-    return false;
-  }
-  if (change.outcome == Outcome::Dead && grouped(queued)) {
-    return apply_group_policy(queued, change.message);
+  if (grouped(queued)) {
+    return complete_grouped_failure(queued, change);
   }
   const bool written = status_writer_->write(event.event_id(), change);
   if (!written && options_.ordered) {
@@ -691,82 +687,101 @@ std::optional<LeaseToken> OutboxDispatcher::lease_for(const QueuedEvent& event) 
   return lease;
 }
 
-bool OutboxDispatcher::hold_for_failure(const QueuedEvent& queued) {
-  const std::string& id = queued.envelope.event_id();
-  try {
-    if (const auto lease = lease_for(queued)) {
-      auto conn = options_.connection_provider->acquire();
-      if (options_.group_store->hold(*conn, id, *lease, options_.claim_owner,
-                                     options_.clock->now())) {
-        return true;
-      }
-    }
-    log(LogLevel::Warning, "event " + id +
-                               ": its partition was handed over (or the row settled) before its "
-                               "failure was recorded; left to the partition's holder");
-  } catch (const std::exception& e) {
-    log(LogLevel::Error,
-        "event " + id + ": recording its failure failed (the row stays pending): " + e.what());
-  }
-  return false;
-}
-
-bool OutboxDispatcher::apply_group_policy(const QueuedEvent& queued, const std::string& message) {
+bool OutboxDispatcher::complete_grouped_failure(const QueuedEvent& queued,
+                                                const internal::StatusChange& change) {
+  using Outcome = internal::StatusChange::Outcome;
   const EventEnvelope& event = queued.envelope;
-  const std::string& group = *event.message_group();
+  const std::string& id = event.event_id();
+  const bool dead = change.outcome == Outcome::Dead;
   GroupFailurePolicy policy = GroupFailurePolicy::Block;
-  if (options_.group_failure_policy) {
+  if (dead && options_.group_failure_policy) {
     try {
       policy = options_.group_failure_policy(event);
     } catch (const std::exception& e) {
       log(LogLevel::Warning, std::string("group_failure_policy threw (blocking): ") + e.what());
     }
   }
-  const std::string what = "event " + event.event_id() + " (" + event.event_type() +
-                           ") of message group '" + group + "' failed for good: " + message;
+  // The row was read, not locked (GroupStore::claim): it is locked here under its partition's
+  // lease and its failure written in the same transaction, the lease row share-locked by the
+  // lock's fence until the commit, so no takeover lands in between: a relay deposed meanwhile
+  // writes nothing (the new holder may be delivering the row already).
   bool written = false;
-  bool go_on = false;
+  int dead_letters = 0;
+  bool failed = false;
   try {
-    auto conn = options_.connection_provider->acquire();
-    const auto now = options_.clock->now();
-    switch (policy) {
-      case GroupFailurePolicy::Skip:
-        written = options_.store->mark_dead(*conn, event.event_id(), now, message, true,
-                                            options_.claim_owner) == 1;
-        go_on = written;
-        log(LogLevel::Error, what + "; DEAD, the group goes on (skip)");
-        break;
-      case GroupFailurePolicy::Block:
-        written = options_.group_store->block(*conn, event.event_id(), group, message, now,
-                                              options_.claim_owner);
-        log(LogLevel::Error, what +
-                                 "; the group is blocked until an operator acts (outbox "
-                                 "groups retry|skip-head|dead-letter)");
-        break;
-      case GroupFailurePolicy::DeadLetterGroup: {
-        const int dead = options_.group_store->dead_letter(*conn, event.event_id(), group, message,
-                                                           now, options_.claim_owner);
-        written = dead > 0;
-        log(LogLevel::Error, what + "; it and the group's " +
-                                 std::to_string(std::max(0, dead - 1)) +
-                                 " pending events are DEAD (dead_letter_group)");
-        break;
+    if (const auto lease = lease_for(queued)) {
+      auto conn = options_.connection_provider->acquire();
+      conn->begin();
+      try {
+        const auto now = options_.clock->now();
+        if (options_.group_store->hold(*conn, id, *lease, options_.claim_owner, now)) {
+          if (!dead) {
+            status_writer_->write_in(*conn, id, change);
+            written = true;
+          } else if (policy == GroupFailurePolicy::Skip) {
+            written = options_.store->mark_dead(*conn, id, now, change.message, true,
+                                                options_.claim_owner) == 1;
+          } else if (policy == GroupFailurePolicy::Block) {
+            written = options_.group_store->block(*conn, id, *event.message_group(), change.message,
+                                                  now, options_.claim_owner);
+          } else {
+            dead_letters = options_.group_store->dead_letter(
+                *conn, id, *event.message_group(), change.message, now, options_.claim_owner);
+            written = dead_letters > 0;
+          }
+        }
+        conn->commit();
+      } catch (...) {
+        try {
+          conn->rollback();
+        } catch (const std::exception&) {
+          // The original error is the one worth reporting.
+        }
+        throw;
       }
     }
   } catch (const std::exception& e) {
-    log(LogLevel::Error, what + "; recording it failed (the row stays pending): " + e.what());
+    failed = true;
+    options_.metrics->increment_status_update_failure();
+    log(LogLevel::Error, "OutboxDispatcher: could not record the outcome of event " + id +
+                             " of message group '" + *event.message_group() +
+                             "' (the row stays pending): " + e.what());
   }
-  if (!written) {
+  if (!written && !failed) {
+    log(LogLevel::Warning, "event " + id +
+                               ": its partition was handed over (or the row settled) before its "
+                               "failure was recorded; left to the partition's holder");
+  }
+  finish(id);
+  if (!dead) {
+    options_.metrics->increment_dispatch_failure();
     log(LogLevel::Warning,
-        "event " + event.event_id() + ": its claim was lost before the group policy was recorded");
+        "event " + id + " (" + event.event_type() + ") failed, will retry: " + change.message);
+    return false;
   }
-  finish(event.event_id());
+  const std::string what = "event " + id + " (" + event.event_type() + ") of message group '" +
+                           *event.message_group() + "' failed for good: " + change.message;
+  switch (policy) {
+    case GroupFailurePolicy::Skip:
+      log(LogLevel::Error, what + "; DEAD, the group goes on (skip)");
+      break;
+    case GroupFailurePolicy::Block:
+      log(LogLevel::Error, what +
+                               "; the group is blocked until an operator acts (outbox "
+                               "groups retry|skip-head|dead-letter)");
+      break;
+    case GroupFailurePolicy::DeadLetterGroup:
+      log(LogLevel::Error, what + "; it and the group's " +
+                               std::to_string(std::max(0, dead_letters - 1)) +
+                               " pending events are DEAD (dead_letter_group)");
+      break;
+  }
   if (policy == GroupFailurePolicy::Block) {
     options_.metrics->increment_dispatch_failure();
   } else {
     options_.metrics->increment_dispatch_dead();
   }
-  return go_on;
+  return written && policy == GroupFailurePolicy::Skip;
 }
 
 void OutboxDispatcher::write_done_marks(sql::Connection& conn) {

@@ -42,6 +42,7 @@ namespace internal {
 class DispatchQueue;
 class DeliveryLedger;
 class StatusWriter;
+struct StatusChange;
 class DoneFlusher;
 class ClaimHeartbeat;
 struct DispatcherLink;
@@ -216,12 +217,9 @@ class OutboxDispatcher {
   DeliveryResult run_listener(const EventEnvelope& event);
   bool run_before(const EventEnvelope& event, DeliveryResult& failure);
   bool complete(QueuedEvent& queued, const DeliveryResult& result);
-  // A grouped event failed for good: applies its group's failure policy; true when the group
-  // may go on.
-  bool apply_group_policy(const QueuedEvent& queued, const std::string& message);
-  // A grouped event's row is read, not locked: locks it for this owner under its partition's
-  // lease before its failure is written. False (logged) when the partition or the row is gone.
-  bool hold_for_failure(const QueuedEvent& queued);
+  // A grouped event's failure (retry, or its group's policy once it failed for good), written
+  // under its partition's lease. True when its group goes on (skip).
+  bool complete_grouped_failure(const QueuedEvent& queued, const internal::StatusChange& change);
   // The lease of a grouped event's partition while the holding it was read under lasts.
   std::optional<LeaseToken> lease_for(const QueuedEvent& event) const;
   // Scheduled as a message group's: its partition's lease holds it.

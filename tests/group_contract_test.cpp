@@ -613,6 +613,32 @@ TEST_P(GroupContract, DeadLetteringAGroupTakesItsRowsWithAnOutOfRangePartitionTo
   }
 }
 
+// A late DONE mark (found by a hostile round): relay-a read the group under its lease and published
+// x1; its publish (or DONE mark) took longer than the lease. relay-b took the partition, read the
+// group, x1 failed for good there and relay-b blocked the group. relay-a's DONE mark of x1 lands
+// now.
+TEST_P(GroupContract, ALateDoneMarkOfTheDeposedHolderDoesNotLeaveTheGroupBlockedOnADoneHead) {
+  write({grouped("x1", "late"), grouped("x2", "late")});
+  const int p = message_group_partition("late");
+  const auto a = take(partition_lease_name(p), "relay-a");
+  auto conn = pool_->acquire();
+  const auto now = Clock::system()->now();
+  ASSERT_EQ(ids_of(groups_->claim(*conn, {a}, {"x1", "x2"}, now)).size(), 2U);
+  ASSERT_TRUE(leases_->release(*conn, a));  // (a lapse: the same to the database)
+  const auto b = take(partition_lease_name(p), "relay-b");
+  ASSERT_EQ(ids_of(groups_->claim(*conn, {b}, {"x1", "x2"}, now)).size(), 2U);
+  ASSERT_TRUE(groups_->hold(*conn, "x1", b, "relay-b", now));
+  ASSERT_TRUE(groups_->block(*conn, "x1", "late", "boom", now, "relay-b"));
+  const int marked = store_->mark_done(*conn, "x1", now, "relay-a");
+  const auto head = store_->find(*conn, "x1");
+  const auto info = groups_->find(*conn, "late");
+  ASSERT_TRUE(info);
+  EXPECT_EQ(marked, 1);  // it was delivered: the mark counts
+  // Not both: the head DONE, and its group still blocked (x2, which never failed, would wait for
+  // an operator).
+  EXPECT_FALSE(head->status == EventStatus::Done && info->blocked);
+}
+
 INSTANTIATE_TEST_SUITE_P(Engines, GroupContract, testing::all_engines(), testing::engine_name);
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "outbox/sql/dialect.hpp"
@@ -36,6 +37,8 @@ class HookedGroupStore final : public GroupStore {
   std::function<void(sql::Connection&, const std::vector<std::pair<int, std::string>>&)> after_runs;
   // After claim() committed, before the claimed rows reach the dispatcher.
   std::function<void(const std::vector<OutboxEvent>&)> after_claim;
+  // After hold() returned (before the failure it was taken for is written).
+  std::function<void(sql::Connection&, std::string_view, bool)> after_hold;
 
   int assign_partitions(sql::Connection& c, const std::vector<LeaseToken>& leases,
                         int limit) override {
@@ -99,7 +102,11 @@ class HookedGroupStore final : public GroupStore {
   }
   bool hold(sql::Connection& c, std::string_view id, const LeaseToken& lease,
             std::string_view owner, Timestamp now) override {
-    return inner_->hold(c, id, lease, owner, now);
+    const bool held = inner_->hold(c, id, lease, owner, now);
+    if (after_hold) {
+      after_hold(c, id, held);
+    }
+    return held;
   }
   bool block(sql::Connection& c, std::string_view id, std::string_view group,
              std::string_view error, Timestamp now, std::string_view owner) override {
@@ -134,13 +141,15 @@ class HookedGroupStore final : public GroupStore {
 class GroupRaces : public testing::GroupFixture {
  protected:
   // The next node's store, hooked.
-  HookedGroupStore& hooked_node(const std::string& name) {
+  HookedGroupStore& hooked_node(const std::string& name,
+                                GroupFailurePolicy policy = GroupFailurePolicy::Block,
+                                int max_attempts = 3) {
     std::shared_ptr<HookedGroupStore> hooked;
     wrap_groups_ = [&](std::shared_ptr<GroupStore> inner) {
       hooked = std::make_shared<HookedGroupStore>(std::move(inner));
       return hooked;
     };
-    node(name);
+    node(name, policy, max_attempts);
     wrap_groups_ = nullptr;
     hooked_.push_back(hooked);
     return *hooked;
@@ -657,6 +666,118 @@ TEST_P(GroupRaces, RowsLeftWithoutAPartitionAreNumberedWhileOtherPartitionsHold5
       std::chrono::steady_clock::now() - started);
   EXPECT_TRUE(delivered) << "not delivered after " << waited.count() << " ms, holding "
                          << a.partitions_held() << " partition(s)";
+}
+
+// The partition's lease moved to "node-x" in the database (as a lapse and another
+// relay's acquisition leave it), for 60 s; its token.
+namespace moved {
+inline LeaseToken move_lease_to_x(sql::Connection& c, const std::string& table,
+                                  const std::string& lease) {
+  c.execute("UPDATE " + sql::lease_table_name(table) +
+            " SET owner = NULL, expires_at = NULL WHERE name = '" + lease + "'");
+  auto token = detect_lease_store(c, table)->acquire(c, lease, "node-x", 60s);
+  if (!token) {
+    throw std::runtime_error("node-x could not take " + lease);
+  }
+  return *token;
+}
+}  // namespace moved
+
+// Found by a hostile round: a failure was written after the partition had moved (the lock taken
+// for it did not shut the deposed node out, since a claim no longer locks rows). node-a's
+// delivery of a group's head fails for good (Block, one attempt); right after its hold, another
+// relay tries to take the partition (the lease lapsed). The hold and the failure's write are one
+// transaction with the lease row share-locked: the takeover waits until the block is written
+// under the lease node-a still held, and lands after it; node-a then holds nothing of it.
+TEST_P(GroupRaces, ATakeoverWaitsForAFailureBeingWrittenUnderTheLease) {
+  auto& hooks = hooked_node("node-a", GroupFailurePolicy::Block, 1);
+  auto& a = *nodes_.back();
+  const std::string group = "moved-key";
+  const std::string lease = partition_lease_name(message_group_partition(group));
+  std::atomic<bool> failed{false};
+  fail_ = [&](const EventEnvelope& e) { return number_of(e) == 0 && !failed.exchange(true); };
+  // 0: not held yet; 1: held, and the takeover had not landed while node-a's transaction was open.
+  std::atomic<int> stage{0};
+  std::atomic<bool> taken{false};
+  std::jthread takeover;
+  LeaseToken x;
+  hooks.after_hold = [&](sql::Connection&, std::string_view, bool held) {
+    int zero = 0;
+    if (!held || !stage.compare_exchange_strong(zero, 2)) {
+      return;
+    }
+    takeover = std::jthread([&] {
+      auto c = a.pool->acquire();
+      x = moved::move_lease_to_x(*c, table_, lease);
+      taken = true;
+    });
+    // Absent while the hold's transaction is open (a bounded look: it can only pass wrongly).
+    if (!wait_until([&] { return taken.load(); }, 300ms)) {
+      stage = 1;
+    }
+  };
+  nodes_.front()->pool->acquire()->execute(outside_rows(group, numbered_rows(3)));
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return taken.load(); }, 30s));
+  takeover.join();
+  EXPECT_EQ(stage.load(), 1) << "the takeover landed between node-a's hold and its write";
+  auto conn = a.pool->acquire();
+  // node-a's block, written while it held the lease, stands: the head failed for good.
+  EXPECT_FALSE(a.groups->blocked(*conn, {group}).empty());
+  EXPECT_EQ(row("m0")->attempts, 1);
+  EXPECT_EQ(x.owner, "node-x");
+  ASSERT_TRUE(wait_until([&] { return !a.leases->token(lease).has_value(); }, 20s));
+}
+
+// Found by a hostile round (node-a's DONE mark landed on the head node-x had blocked, and the
+// group waited for an operator behind a head that was done). node-a's publish of a group's head
+// takes longer than its lease: meanwhile the lease lapses, node-x takes the partition, reads the
+// group, the head fails for good there and node-x blocks the group (under its live lease). node-a
+// sees its lease gone, then its publish succeeds and its DONE mark is written. The head must not
+// end DONE with its group left blocked: m1 and m2, which never failed, would wait for an operator.
+TEST_P(GroupRaces, ASlowPublishOfTheDeposedHolderDoesNotLeaveTheGroupBlockedOnADoneHead) {
+  auto& a = node("node-a");
+  const std::string group = "slow-key";
+  const std::string lease = partition_lease_name(message_group_partition(group));
+  // 0: not published yet; 1: node-x blocked the group and node-a saw its lease gone during
+  // node-a's publish of m0; 2: the same, but node-a did not see it in time.
+  std::atomic<int> stage{0};
+  LeaseToken x;
+  fail_ = [&](const EventEnvelope& e) {
+    int zero = 0;
+    if (number_of(e) != 0 || !stage.compare_exchange_strong(zero, 3)) {
+      return false;
+    }
+    auto c = a.pool->acquire();
+    const auto now = Clock::system()->now();
+    try {
+      x = moved::move_lease_to_x(*c, table_, lease);
+    } catch (...) {
+      stage = 2;
+      throw;
+    }
+    const auto read = a.groups->claim(*c, {x}, {"m0", "m1", "m2"}, now);
+    // node-x's publish of m0 failed for good: it holds the row and blocks the group.
+    if (read.size() == 3 && a.groups->hold(*c, "m0", x, "node-x", now) &&
+        a.groups->block(*c, "m0", group, "node-x: endpoint refused m0", now, "node-x") &&
+        wait_until([&] { return !a.leases->token(lease).has_value(); }, 10s)) {
+      stage = 1;
+    } else {
+      stage = 2;
+    }
+    return false;  // node-a's (slow) publish succeeds
+  };
+  nodes_.front()->pool->acquire()->execute(outside_rows(group, numbered_rows(3)));
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return stage.load() == 1 || stage.load() == 2; }, 20s));
+  EXPECT_EQ(stage.load(), 1);
+  auto conn = a.pool->acquire();
+  const bool done = wait_until([&] { return row("m0")->status == EventStatus::Done; }, 3s);
+  auto info = a.groups->find(*conn, group);
+  EXPECT_TRUE(done);  // delivered by node-a: its DONE mark counts
+  EXPECT_FALSE(done && info && info->blocked) << "m0 is DONE and its group is still blocked";
+  // Blocked, if at all, on the head that failed (still pending), not on m1, which never failed.
+  EXPECT_TRUE(!info || !info->blocked || info->head_event_id == "m0");
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, GroupRaces, testing::all_engines(), testing::engine_name);

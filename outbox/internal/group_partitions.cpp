@@ -12,6 +12,7 @@
 #include "outbox/json_codec.hpp"
 #include "outbox/lease_manager.hpp"
 #include "outbox/log.hpp"
+#include "outbox/sql/connection.hpp"
 #include "outbox/store.hpp"
 
 namespace outbox::internal {
@@ -549,24 +550,21 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
   idle_follow_ups_ = 0;
   followed_up_ = (filled && !bounded) || pages_full || (rest == 0 && !filled);
   std::vector<LeaseToken> fences;
-  std::unordered_map<int, std::int64_t> epochs;
+  std::unordered_map<int, LeaseToken> read_under;
   for (const auto& [number, token] : held) {
     if (claimed_in.contains(number)) {
       fences.push_back(token);
-      epochs.emplace(number, token.epoch);
+      read_under.emplace(number, token);
     }
   }
-  auto events = decode(conn, options_.store->claim(conn, fences, ids, now), now);
-  for (auto& e : events) {
-    e.lease_epoch = epochs[e.partition];
-  }
   // Claimed something and left claimable rows behind: the next cycle need not wait.
-  return {std::move(events), followed_up_};
+  return {decode(conn, options_.store->claim(conn, fences, ids, now), read_under, now),
+          followed_up_};
 }
 
-std::vector<ClaimedEvent> GroupPartitions::decode(sql::Connection& conn,
-                                                  const std::vector<OutboxEvent>& rows,
-                                                  Timestamp now) {
+std::vector<ClaimedEvent> GroupPartitions::decode(
+    sql::Connection& conn, const std::vector<OutboxEvent>& rows,
+    const std::unordered_map<int, LeaseToken>& read_under, Timestamp now) {
   std::vector<ClaimedEvent> out;
   std::string stopped;  // a group whose head could not be decoded and now waits or is DEAD
   for (const auto& row : rows) {
@@ -575,11 +573,13 @@ std::vector<ClaimedEvent> GroupPartitions::decode(sql::Connection& conn,
       continue;  // behind a head that was blocked or dead-lettered: stays for later
     }
     try {
-      out.push_back(
-          {to_envelope(row, *options_.codec), row.attempts, row.partition_no.value_or(0)});
+      const int partition = row.partition_no.value_or(0);
+      out.push_back({to_envelope(row, *options_.codec), row.attempts, partition,
+                     read_under.at(partition).epoch});
       continue;
     } catch (const std::exception& e) {
-      if (!settle_undecodable(conn, row, std::string("decode failure: ") + e.what(), now)) {
+      if (!settle_undecodable(conn, row, read_under.at(row.partition_no.value_or(0)),
+                              std::string("decode failure: ") + e.what(), now)) {
         stopped = group;
       }
     }
@@ -588,7 +588,8 @@ std::vector<ClaimedEvent> GroupPartitions::decode(sql::Connection& conn,
 }
 
 bool GroupPartitions::settle_undecodable(sql::Connection& conn, const OutboxEvent& row,
-                                         const std::string& error, Timestamp now) {
+                                         const LeaseToken& read_under, const std::string& error,
+                                         Timestamp now) {
   // The route's policy, decided from what the row says of itself; a key that is not text names
   // no group an operator could act on, so such a row goes DEAD alone.
   GroupFailurePolicy policy = GroupFailurePolicy::Skip;
@@ -614,24 +615,36 @@ bool GroupPartitions::settle_undecodable(sql::Connection& conn, const OutboxEven
   log(LogLevel::Error, "event " + row.event_id + " of message group '" + sanitize_utf8(group) +
                            "' cannot be decoded (" + error + "); " +
                            std::string(to_string(policy)));
-  // Read, not locked (GroupStore::claim): locked for the failure's write under the partition's
-  // lease, so nothing is written once the partition has moved.
-  const auto held = lease(row.partition_no.value_or(-1));
-  if (!held || !options_.store->hold(conn, row.event_id, *held, options_.owner, now)) {
-    return false;
+  // Read, not locked (GroupStore::claim): locked for the failure's write under the lease it was
+  // read under, in one transaction with the write (the lease row share-locked until the commit),
+  // so nothing is written once the partition has moved.
+  conn.begin();
+  try {
+    bool go_on = false;
+    if (options_.store->hold(conn, row.event_id, read_under, options_.owner, now)) {
+      switch (policy) {
+        case GroupFailurePolicy::Skip:
+          options_.outbox_store->mark_dead(conn, row.event_id, now, error, false, options_.owner);
+          go_on = true;
+          break;
+        case GroupFailurePolicy::Block:
+          options_.store->block(conn, row.event_id, group, error, now, options_.owner);
+          break;
+        case GroupFailurePolicy::DeadLetterGroup:
+          options_.store->dead_letter(conn, row.event_id, group, error, now, options_.owner);
+          break;
+      }
+    }
+    conn.commit();
+    return go_on;
+  } catch (...) {
+    try {
+      conn.rollback();
+    } catch (const std::exception&) {
+      // The original error is the one worth reporting.
+    }
+    throw;
   }
-  switch (policy) {
-    case GroupFailurePolicy::Skip:
-      options_.outbox_store->mark_dead(conn, row.event_id, now, error, false, options_.owner);
-      return true;
-    case GroupFailurePolicy::Block:
-      options_.store->block(conn, row.event_id, group, error, now, options_.owner);
-      return false;
-    case GroupFailurePolicy::DeadLetterGroup:
-      options_.store->dead_letter(conn, row.event_id, group, error, now, options_.owner);
-      return false;
-  }
-  return false;
 }
 
 }  // namespace outbox::internal

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -139,13 +140,16 @@ class GroupPartitions {
   bool advance_cursors(const std::vector<std::pair<int, LeaseToken>>& held,
                        const std::vector<GroupScanRow>& rows, const std::vector<Run>& runs,
                        int per_partition);
-  // Claimed rows as events; a row that does not decode is settled by its group's policy and,
-  // unless it was skipped, the rest of its group is left for later.
+  // Claimed rows as events, each with the epoch of the lease it was read under (`read_under`, by
+  // partition); a row that does not decode is settled by its group's policy under that lease
+  // and, unless it was skipped, the rest of its group is left for later.
   std::vector<ClaimedEvent> decode(sql::Connection& conn, const std::vector<OutboxEvent>& rows,
+                                   const std::unordered_map<int, LeaseToken>& read_under,
                                    Timestamp now);
-  // True when the group may go on (the row was skipped).
-  bool settle_undecodable(sql::Connection& conn, const OutboxEvent& row, const std::string& error,
-                          Timestamp now);
+  // True when the group may go on (the row was skipped). Nothing is written once `read_under`
+  // is no longer the partition's live holding.
+  bool settle_undecodable(sql::Connection& conn, const OutboxEvent& row,
+                          const LeaseToken& read_under, const std::string& error, Timestamp now);
   // Grouped events held here beyond which nothing more is claimed: the running groups' work and
   // as much again waiting its turn.
   std::size_t held_bound() const;

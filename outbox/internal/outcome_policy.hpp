@@ -52,6 +52,10 @@ class StatusWriter {
   /// False (logged, counted as a status update failure) when it could not be written: the row
   /// stays pending and the poller brings the event back.
   bool write(const std::string& event_id, const StatusChange& change);
+  /// Writes it on `conn` (in the caller's transaction), once. Throws StoreError.
+  void write_in(sql::Connection& conn, const std::string& event_id, const StatusChange& change) {
+    write_once(conn, event_id, change, change.message);
+  }
 
  private:
   void write_once(sql::Connection& conn, const std::string& event_id, const StatusChange& change,

@@ -340,8 +340,16 @@ std::vector<std::string> texts(const Statement& s, Connection& conn) {
 
 }  // namespace
 
+std::string SqlGroupStore::live_block() const {
+  // Only while the head it names is still pending: a relay deposed while it published the head
+  // can still mark it DONE after the new holder blocked it (its DONE mark counts: the event was
+  // delivered), and the group must not then wait for an operator behind a head that is done.
+  return "EXISTS (SELECT 1 FROM " + table_ + " o WHERE o.event_id = " + block_table_ +
+         ".event_id AND o." + pending_statuses() + ")";
+}
+
 void SqlGroupStore::select_blocked(Statement& s, const std::vector<std::string>& groups) const {
-  s.sql("SELECT message_group FROM " + block_table_ + " WHERE");
+  s.sql("SELECT message_group FROM " + block_table_ + " WHERE " + live_block() + " AND");
   s.ids_in("message_group", groups, 0, groups.size());
 }
 
@@ -401,13 +409,14 @@ int partition_of_partition_lease(const LeaseToken& lease) {
 
 }  // namespace
 
-void SqlGroupStore::fenced_by(Statement& s, const std::vector<LeaseToken>& partition_leases) const {
+void SqlGroupStore::fenced_by(Statement& s, const std::vector<LeaseToken>& partition_leases,
+                              bool share_lock) const {
   s.sql(" AND " + dialect_.group_pending_filter() + " AND (");
   for (std::size_t i = 0; i < partition_leases.size(); ++i) {
     s.sql(i == 0 ? "(partition_no = " : " OR (partition_no = ")
         .param(std::int64_t{partition_of_partition_lease(partition_leases[i])})
         .sql(" AND ");
-    append_fence_condition(s, dialect_, lease_table_, partition_leases[i]);
+    append_fence_condition(s, dialect_, lease_table_, partition_leases[i], share_lock);
     s.sql(")");
   }
   s.sql(")");
@@ -427,7 +436,7 @@ std::vector<OutboxEvent> SqlGroupStore::claim(Connection& conn,
   Statement s = statement();
   s.sql("SELECT " + columns_ + " FROM " + table_ + " WHERE");
   s.ids_in("event_id", event_ids, 0, event_ids.size());
-  fenced_by(s, partition_leases);
+  fenced_by(s, partition_leases, false);  // a read: no lock on the lease rows
   auto rows = internal::events_from_rows(s.query(conn));
   // In the order asked for: group by group, each in insert order.
   std::unordered_map<std::string_view, std::size_t> place;
@@ -449,7 +458,7 @@ bool SqlGroupStore::hold(Connection& conn, std::string_view event_id,
       .now(now)
       .sql(" WHERE event_id = ")
       .param(std::string(event_id));
-  fenced_by(s, {partition_lease});
+  fenced_by(s, {partition_lease}, true);
   return s.execute(conn) == 1;
 }
 
@@ -573,8 +582,8 @@ std::optional<GroupInfo> SqlGroupStore::find(Connection& conn, std::string_view 
   info.pending = count.query(conn)[0].get_int(0);
   Statement blocked = statement();
   blocked
-      .sql("SELECT " + dialect_.micros("blocked_at") + " FROM " + block_table_ +
-           " WHERE message_group = ")
+      .sql("SELECT " + dialect_.micros("blocked_at") + " FROM " + block_table_ + " WHERE " +
+           live_block() + " AND message_group = ")
       .param(group);
   if (const auto rows = blocked.query(conn); !rows.empty()) {
     info.blocked = true;
@@ -586,7 +595,9 @@ std::optional<GroupInfo> SqlGroupStore::find(Connection& conn, std::string_view 
 std::vector<GroupInfo> SqlGroupStore::list(Connection& conn, int limit) {
   std::vector<std::string> groups;
   Statement blocked = statement();
-  blocked.sql("SELECT message_group FROM " + block_table_ + " ORDER BY blocked_at LIMIT ")
+  blocked
+      .sql("SELECT message_group FROM " + block_table_ + " WHERE " + live_block() +
+           " ORDER BY blocked_at LIMIT ")
       .param(std::int64_t{limit});
   for (const auto& row : blocked.query(conn)) {
     groups.push_back(row.get_text(0));
@@ -670,10 +681,10 @@ int SqlGroupStore::dead_letter_group(Connection& conn, std::string_view message_
 }
 
 GroupStats SqlGroupStore::stats(Connection& conn) {
-  const auto rows =
-      statement()
-          .sql("SELECT COUNT(*), " + dialect_.micros("MIN(blocked_at)") + " FROM " + block_table_)
-          .query(conn);
+  const auto rows = statement()
+                        .sql("SELECT COUNT(*), " + dialect_.micros("MIN(blocked_at)") + " FROM " +
+                             block_table_ + " WHERE " + live_block())
+                        .query(conn);
   GroupStats out;
   if (!rows.empty()) {
     out.blocked = rows[0].get_int(0);

@@ -63,8 +63,12 @@ class SqlGroupStore final : public GroupStore {
   void of_group(Statement& s, const std::string& message_group) const;
   // " AND <grouped pending> AND ((partition_no = ? AND <its lease live>) OR …)": rows only under
   // their own partition's lease, live in the database with that epoch.
-  void fenced_by(Statement& s, const std::vector<LeaseToken>& partition_leases) const;
-  // "SELECT message_group FROM <block table> WHERE message_group IN (…)".
+  // `share_lock` as append_fence_condition: true for a write.
+  void fenced_by(Statement& s, const std::vector<LeaseToken>& partition_leases,
+                 bool share_lock) const;
+  // "EXISTS (…)": a block row counts while the head it names is still pending.
+  std::string live_block() const;
+  // "SELECT message_group FROM <block table> WHERE <live> AND message_group IN (…)".
   void select_blocked(Statement& s, const std::vector<std::string>& groups) const;
   // "SELECT DISTINCT message_group FROM (…) u": groups with pending rows outside the partitions
   // (written by an outside client), of groups[from, from + n) when `groups` is given, after

@@ -143,12 +143,13 @@ void append_fence(Statement& s, const Dialect& dialect, const std::string& lease
 }
 
 void append_fence_condition(Statement& s, const Dialect& dialect, const std::string& lease_table,
-                            const LeaseToken& token) {
+                            const LeaseToken& token, bool share_lock) {
   // Copies, not TextRefs: callers hold the token only while they build the statement.
   s.sql("EXISTS (SELECT 1 FROM " + lease_table + " WHERE name = ").param(token.name);
   s.sql(" AND owner = ").param(token.owner);
   s.sql(" AND epoch = ").param(token.epoch);
-  s.sql(" AND expires_at > " + dialect.lease_now() + dialect.share_lock() + ")");
+  s.sql(" AND expires_at > " + dialect.lease_now() + (share_lock ? dialect.share_lock() : "") +
+        ")");
 }
 
 }  // namespace outbox::sql

@@ -38,8 +38,10 @@ class SqlLeaseStore final : public LeaseStore {
 /// The token's strings are copied into the statement.
 void append_fence(Statement& s, const Dialect& dialect, const std::string& lease_table,
                   const LeaseToken& token);
-/// The condition append_fence appends, without the leading " AND ": "EXISTS (…)".
+/// The condition append_fence appends, without the leading " AND ": "EXISTS (…)". `share_lock`
+/// false reads the lease row without locking it: for a statement that only reads (nothing it
+/// changes could land after a takeover), where a lock is a write to the lease row on PostgreSQL.
 void append_fence_condition(Statement& s, const Dialect& dialect, const std::string& lease_table,
-                            const LeaseToken& token);
+                            const LeaseToken& token, bool share_lock = true);
 
 }  // namespace outbox::sql
