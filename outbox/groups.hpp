@@ -125,13 +125,13 @@ class GroupStore {
   /// std::invalid_argument for a lease that is not a partition's.
   virtual std::vector<OutboxEvent> claim(sql::Connection& conn,
                                          const std::vector<LeaseToken>& partition_leases,
-                                         const std::vector<std::string>& event_ids,
-                                         Timestamp now) = 0;
+                                         const std::vector<std::string>& event_ids) = 0;
   /// Locks the pending row `event_id` for `owner` (locked_by, locked_at = now) if its partition's
   /// lease `partition_lease` is live in the database, in the same statement: before a failure is
-  /// written for it (those writes are conditioned on locked_by = owner). False when the lease or
-  /// the row is no longer there. Throws std::invalid_argument for a lease that is not a
-  /// partition's.
+  /// written for it (those writes are conditioned on locked_by = owner). The lease row stays
+  /// share-locked until the caller's transaction ends: a failure written in the same one cannot
+  /// land after a takeover. False when the lease or the row is no longer there. Throws
+  /// std::invalid_argument for a lease that is not a partition's.
   virtual bool hold(sql::Connection& conn, std::string_view event_id,
                     const LeaseToken& partition_lease, std::string_view owner, Timestamp now) = 0;
   /// The head `event_id` failed for good under Block: it stays pending (attempts + 1, the error

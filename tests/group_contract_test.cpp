@@ -95,7 +95,7 @@ class GroupContract : public StreamFixture {
                                  const std::string& owner = "relay-a") {
     auto conn = pool_->acquire();
     std::vector<std::string> held;
-    for (const auto& id : ids_of(groups_->claim(*conn, {token}, ids, Clock::system()->now()))) {
+    for (const auto& id : ids_of(groups_->claim(*conn, {token}, ids))) {
       if (groups_->hold(*conn, id, token, owner, Clock::system()->now())) {
         held.push_back(id);
       }
@@ -241,7 +241,7 @@ TEST_P(GroupContract, AClaimNeedsThePartitionLeaseLiveInTheDatabase) {
   auto conn = pool_->acquire();
   const auto now = Clock::system()->now();
   const auto read = [&](const LeaseToken& t, const std::vector<std::string>& ids) {
-    return ids_of(groups_->claim(*conn, {t}, ids, now));
+    return ids_of(groups_->claim(*conn, {t}, ids));
   };
   // The lease of another partition, or an old epoch, reads and holds nothing; a lease that is no
   // partition's is refused.
@@ -489,7 +489,7 @@ TEST_P(GroupContract, AClaimReturnsOnlyRowsOfPartitionsWhoseLeaseIsLiveNow) {
   auto conn = pool_->acquire();
   conn->execute("UPDATE " + sql::lease_table_name(table_) +
                 " SET epoch = epoch + 1 WHERE name = '" + pa.name + "'");
-  const auto rows = groups_->claim(*conn, {pa, pb}, {"a1", "b1"}, Clock::system()->now());
+  const auto rows = groups_->claim(*conn, {pa, pb}, {"a1", "b1"});
   EXPECT_EQ(ids_of(rows), std::vector<std::string>{"b1"});
 }
 
@@ -623,10 +623,10 @@ TEST_P(GroupContract, ALateDoneMarkOfTheDeposedHolderDoesNotLeaveTheGroupBlocked
   const auto a = take(partition_lease_name(p), "relay-a");
   auto conn = pool_->acquire();
   const auto now = Clock::system()->now();
-  ASSERT_EQ(ids_of(groups_->claim(*conn, {a}, {"x1", "x2"}, now)).size(), 2U);
+  ASSERT_EQ(ids_of(groups_->claim(*conn, {a}, {"x1", "x2"})).size(), 2U);
   ASSERT_TRUE(leases_->release(*conn, a));  // (a lapse: the same to the database)
   const auto b = take(partition_lease_name(p), "relay-b");
-  ASSERT_EQ(ids_of(groups_->claim(*conn, {b}, {"x1", "x2"}, now)).size(), 2U);
+  ASSERT_EQ(ids_of(groups_->claim(*conn, {b}, {"x1", "x2"})).size(), 2U);
   ASSERT_TRUE(groups_->hold(*conn, "x1", b, "relay-b", now));
   ASSERT_TRUE(groups_->block(*conn, "x1", "late", "boom", now, "relay-b"));
   const int marked = store_->mark_done(*conn, "x1", now, "relay-a");

@@ -93,8 +93,8 @@ class HookedGroupStore final : public GroupStore {
     return inner_->repartition(c, group);
   }
   std::vector<OutboxEvent> claim(sql::Connection& c, const std::vector<LeaseToken>& leases,
-                                 const std::vector<std::string>& ids, Timestamp now) override {
-    auto rows = inner_->claim(c, leases, ids, now);
+                                 const std::vector<std::string>& ids) override {
+    auto rows = inner_->claim(c, leases, ids);
     if (after_claim) {
       after_claim(rows);
     }
@@ -756,7 +756,7 @@ TEST_P(GroupRaces, ASlowPublishOfTheDeposedHolderDoesNotLeaveTheGroupBlockedOnAD
       stage = 2;
       throw;
     }
-    const auto read = a.groups->claim(*c, {x}, {"m0", "m1", "m2"}, now);
+    const auto read = a.groups->claim(*c, {x}, {"m0", "m1", "m2"});
     // node-x's publish of m0 failed for good: it holds the row and blocks the group.
     if (read.size() == 3 && a.groups->hold(*c, "m0", x, "node-x", now) &&
         a.groups->block(*c, "m0", group, "node-x: endpoint refused m0", now, "node-x") &&

@@ -424,8 +424,7 @@ void SqlGroupStore::fenced_by(Statement& s, const std::vector<LeaseToken>& parti
 
 std::vector<OutboxEvent> SqlGroupStore::claim(Connection& conn,
                                               const std::vector<LeaseToken>& partition_leases,
-                                              const std::vector<std::string>& event_ids,
-                                              Timestamp) {
+                                              const std::vector<std::string>& event_ids) {
   if (event_ids.empty() || partition_leases.empty()) {
     return {};
   }

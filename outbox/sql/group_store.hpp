@@ -41,7 +41,7 @@ class SqlGroupStore final : public GroupStore {
   std::vector<std::string> unassigned(Connection& conn,
                                       const std::vector<std::string>& groups) override;
   std::vector<OutboxEvent> claim(Connection& conn, const std::vector<LeaseToken>& partition_leases,
-                                 const std::vector<std::string>& event_ids, Timestamp now) override;
+                                 const std::vector<std::string>& event_ids) override;
   bool hold(Connection& conn, std::string_view event_id, const LeaseToken& partition_lease,
             std::string_view owner, Timestamp now) override;
   bool block(Connection& conn, std::string_view event_id, std::string_view message_group,
