@@ -430,8 +430,7 @@ std::vector<OutboxEvent> SqlGroupStore::claim(Connection& conn,
   }
   // A read, not an UPDATE: the partition's lease is what holds a grouped row (no other node
   // reads its partition while it is live), so a lock would only be written to be cleared by the
-  // DONE mark. Locking them cost a row write each: the relay's grouped drain went 8.5–10.8k →
-  // 11.5–13.5k events/s on PostgreSQL and 8.1k → 10.7–12.5k on MariaDB without it.
+  // DONE mark (a row write per event: docs/performance.md, "Grouped rows held by the lease").
   Statement s = statement();
   s.sql("SELECT " + columns_ + " FROM " + table_ + " WHERE");
   s.ids_in("event_id", event_ids, 0, event_ids.size());
