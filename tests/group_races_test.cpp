@@ -35,7 +35,7 @@ class HookedGroupStore final : public GroupStore {
   // After runs() returned (before read_runs() asks which picked groups have rows without a
   // partition).
   std::function<void(sql::Connection&, const std::vector<std::pair<int, std::string>>&)> after_runs;
-  // After claim() committed, before the claimed rows reach the dispatcher.
+  // After claim() read its rows, before the claimed rows reach the dispatcher.
   std::function<void(const std::vector<OutboxEvent>&)> after_claim;
   // After hold() returned (before the failure it was taken for is written).
   std::function<void(sql::Connection&, std::string_view, bool)> after_hold;
@@ -445,7 +445,7 @@ TEST_P(GroupRaces, FailedDoneMarksOfARunDoNotLetTheGroupsNextRunOvertakeIt) {
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
 
-// A planned hand-over (a node joins) between a claim's commit and the claimed rows reaching the
+// A planned hand-over (a node joins) between a claim's read and the claimed rows reaching the
 // dispatcher: the partition's lease is released when nothing of it is held here, and the rows
 // just claimed were not held yet. They must not be delivered twice: the old node's workers see
 // the partition no longer held and leave them; the new holder claims and delivers them, once,
@@ -468,8 +468,8 @@ TEST_P(GroupRaces, RowsClaimedJustBeforeTheirPartitionIsHandedOverAreDeliveredOn
   auto& hooks = hooked_node("node-a");
   auto& a = *nodes_.back();
   auto& b = node("node-b");
-  // 0: nothing claimed yet; 1: a claim committed, node-b joined and took over at least one of its
-  // partitions before the rows went on; 2: the same, but no claimed partition moved in time.
+  // 0: nothing claimed yet; 1: a claim read its rows, node-b joined and took over at least one of
+  // its partitions before the rows went on; 2: the same, but no claimed partition moved in time.
   std::atomic<int> stage{0};
   std::atomic<int> moved{0};
   hooks.after_claim = [&](const std::vector<OutboxEvent>& rows) {
