@@ -319,6 +319,37 @@ TEST(Drivers, BorrowedPgconnStaysOpen) {
   PQfinish(pg);
 }
 
+// A claim's 64-arm scan passed jit_above_cost on the planner's estimates, and compiling it cost
+// more than running it: the library's own sessions plan without JIT, a borrowed one is left as is.
+TEST(Drivers, PostgresSessionsOfTheLibraryPlanWithoutJit) {
+  auto url = testing::env("OUTBOX_TEST_PG_URL");
+  OUTBOX_REQUIRE_SERVER(url, "PostgreSQL");
+  const auto jit_lines = [](sql::Connection& conn) {
+    conn.execute("SET jit_above_cost = 0");
+    int n = 0;
+    for (const auto& row : conn.query("EXPLAIN (ANALYZE) SELECT sum(g * 2) FROM "
+                                      "generate_series(1, 1000) g WHERE g % 3 = 1")) {
+      n += row.get_text(0).find("JIT:") != std::string::npos ? 1 : 0;
+    }
+    return n;
+  };
+  PGconn* pg = PQconnectdb(url->c_str());
+  ASSERT_EQ(PQstatus(pg), CONNECTION_OK);
+  {
+    auto borrowed = postgres::wrap(pg);
+    ASSERT_EQ(borrowed->query("SELECT pg_jit_available()").at(0).get_text(0), "t")
+        << "this server cannot compile: the test would prove nothing";
+    EXPECT_EQ(jit_lines(*borrowed), 1) << "the caller's session keeps its settings";
+  }
+  PQfinish(pg);
+  auto own = postgres::connect(*url);
+  EXPECT_EQ(own->query("SHOW jit").at(0).get_text(0), "off");
+  EXPECT_EQ(jit_lines(*own), 0);
+  auto pool = open_pool(*url, 1);
+  auto lent = pool->acquire();
+  EXPECT_EQ(lent->query("SHOW jit").at(0).get_text(0), "off");
+}
+
 TEST(Detection, SqliteAndUnknownDialects) {
   testing::TempDir dir;
   auto conn = sqlite::open(dir.file("d.db"));

@@ -441,6 +441,10 @@ std::unique_ptr<sql::Connection> connect(const std::string& conninfo,
                                          const sql::NetworkTimeouts& timeouts) {
   auto wrapped = std::make_unique<PgConnection>(internal::open_native(conninfo, timeouts), true);
   wrapped->take_notices();
+  // The library's statements are short index reads and writes. A claim's 64-arm scan could still
+  // pass jit_above_cost on the planner's estimates, and compiling it took longer than running it:
+  // up to a fifth of the server's CPU in a grouped drain (docs/performance.md).
+  wrapped->execute("SET jit = off");
   return wrapped;
 }
 

@@ -13,8 +13,8 @@ struct pg_conn;
 namespace outbox::postgres {
 
 /// Opens a connection from a libpq connection string or URI, with connect_timeout, TCP
-/// keepalives and tcp_user_timeout from `timeouts` unless the string sets them. Throws
-/// outbox::StoreError.
+/// keepalives and tcp_user_timeout from `timeouts` unless the string sets them, and JIT
+/// compilation off for the session (`SET jit = off`). Throws outbox::StoreError.
 std::unique_ptr<sql::Connection> connect(const std::string& conninfo,
                                          const sql::NetworkTimeouts& timeouts = {});
 
