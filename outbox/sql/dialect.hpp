@@ -70,6 +70,9 @@ class Dialect {
   /// that orders a group's rows (insert order).
   virtual std::string group_pending_filter() const;
   virtual std::string group_order_column() const { return "stream_seq"; }
+  /// True when an arm of a UNION ALL may be a parenthesized SELECT with its own ORDER BY and
+  /// LIMIT; false wraps each arm in a derived table (SQLite).
+  virtual bool parenthesized_arms() const { return true; }
   /// True when grouped rows are also indexed per partition in insert order (schema version 9) and
   /// a claim reads each partition's front there. Only where settled rows leave that index at once
   /// (SQLite): PostgreSQL's index keeps them until a vacuum and InnoDB's until its purge, and a

@@ -27,6 +27,7 @@ class SqliteDialect final : public sql::Dialect {
   }
   bool has_bytes_column() const override { return false; }
   bool group_fronts() const override { return true; }
+  bool parenthesized_arms() const override { return false; }
   std::string insert_ignore(const std::string& into_values, const std::string&) const override {
     return "INSERT OR IGNORE " + into_values;
   }
