@@ -193,12 +193,12 @@ int SqlGroupStore::assign_partitions(Connection& conn,
   return assigned;
 }
 
-void SqlGroupStore::select_scan_row(Statement& s, Timestamp now) const {
+void SqlGroupStore::select_scan_row(Statement& s, Timestamp now, std::size_t arm) const {
   s.sql("SELECT event_id, message_group, partition_no, CASE WHEN available_at <= ")
       .now(now)
       .sql(" THEN 1 ELSE 0 END AS due, " + dialect_.group_order_column() + " AS seq, " +
-           dialect_.micros("available_at") + " AS due_at FROM " + table_ + " WHERE " +
-           dialect_.group_pending_filter());
+           dialect_.micros("available_at") + " AS due_at, " + std::to_string(arm) +
+           " AS arm FROM " + table_ + " WHERE " + dialect_.group_pending_filter());
 }
 
 namespace {
@@ -217,15 +217,49 @@ void close_arm(Statement& s, const Dialect& dialect, const std::string& alias) {
   s.sql(dialect.parenthesized_arms() ? ")" : ") " + alias);
 }
 
-std::vector<GroupScanRow> scan_rows(const Statement& s, Connection& conn) {
-  std::vector<GroupScanRow> out;
+// How an arm orders its rows: a group's rows together (groups in the order the arm gives them,
+// which is the column's collation) or by seq alone.
+enum class ArmOrder { ByGroup, BySeq };
+
+// The rows of a UNION ALL of arms (select_scan_row), each arm's rows in turn and in the arm's
+// order. SQL promises no order of a union without an ORDER BY over the whole, and a head taken
+// out of order would break its group's order: the rows are put in it here, whatever the engine
+// gave (every engine here gives it already: the sort then moves nothing).
+std::vector<GroupScanRow> scan_rows(const Statement& s, Connection& conn, ArmOrder order) {
+  struct Keyed {
+    std::int64_t arm;
+    std::size_t group_rank;  // of the group's first row in the arm (ByGroup)
+    GroupScanRow row;
+  };
+  std::vector<Keyed> keyed;
+  std::unordered_map<std::string, std::size_t> first_seen;  // "arm/group"
   for (const auto& row : s.query(conn)) {
-    out.push_back({.event_id = row.get_text(0),
-                   .message_group = row.get_text(1),
-                   .partition = static_cast<int>(row.get_int(2)),
-                   .due = row.get_int(3) == 1,
-                   .seq = row.is_null(4) ? 0 : row.get_int(4),
-                   .due_at = row.get_int(5)});
+    Keyed k{.arm = row.get_int(6),
+            .group_rank = 0,
+            .row = {.event_id = row.get_text(0),
+                    .message_group = row.get_text(1),
+                    .partition = static_cast<int>(row.get_int(2)),
+                    .due = row.get_int(3) == 1,
+                    .seq = row.is_null(4) ? 0 : row.get_int(4),
+                    .due_at = row.get_int(5)}};
+    if (order == ArmOrder::ByGroup) {
+      const bool as_before = !keyed.empty() && keyed.back().arm == k.arm &&
+                             keyed.back().row.message_group == k.row.message_group;
+      k.group_rank = as_before ? keyed.back().group_rank
+                               : first_seen
+                                     .try_emplace(std::to_string(k.arm) + "/" + k.row.message_group,
+                                                  keyed.size())
+                                     .first->second;
+    }
+    keyed.push_back(std::move(k));
+  }
+  std::stable_sort(keyed.begin(), keyed.end(), [](const Keyed& a, const Keyed& b) {
+    return std::tie(a.arm, a.group_rank, a.row.seq) < std::tie(b.arm, b.group_rank, b.row.seq);
+  });
+  std::vector<GroupScanRow> out;
+  out.reserve(keyed.size());
+  for (auto& k : keyed) {
+    out.push_back(std::move(k.row));
   }
   return out;
 }
@@ -238,8 +272,8 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
   if (ranges.empty()) {
     return {};
   }
-  // One statement for every partition: each arm walks the group index of one partition. UNION ALL
-  // emits its arms one after the other, each in its own order, on every engine here.
+  // One statement for every partition: each arm walks the group index of one partition (its rows
+  // kept in the arm's order by scan_rows).
   Statement s = statement();
   // Rows with an empty key (an outside writer's; the key's partition is that of "") are read by
   // an arm of their own (the cursor below, '' when none, starts after them): they are settled as
@@ -251,7 +285,7 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
       continue;
     }
     open_arm(s, dialect_, arm);
-    select_scan_row(s, now);
+    select_scan_row(s, now, arm);
     s.sql(" AND partition_no = ")
         .param(std::int64_t{r.partition})
         .sql(" AND message_group = '' ORDER BY " + dialect_.group_order_column() + " LIMIT " +
@@ -262,7 +296,7 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
   for (std::size_t i = 0; i < ranges.size(); ++i, ++arm) {
     const auto& r = ranges[i];
     open_arm(s, dialect_, arm);
-    select_scan_row(s, now);
+    select_scan_row(s, now, arm);
     s.sql(" AND partition_no = ")
         .param(std::int64_t{r.partition})
         .sql(" AND message_group > ")
@@ -274,7 +308,7 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
           std::to_string(std::max(1, r.limit)));
     close_arm(s, dialect_, "p" + std::to_string(i));
   }
-  return scan_rows(s, conn);
+  return scan_rows(s, conn, ArmOrder::ByGroup);
 }
 
 std::vector<GroupScanRow> SqlGroupStore::front(Connection& conn, const std::vector<int>& partitions,
@@ -287,14 +321,14 @@ std::vector<GroupScanRow> SqlGroupStore::front(Connection& conn, const std::vect
   Statement s = statement();
   for (std::size_t i = 0; i < partitions.size(); ++i) {
     open_arm(s, dialect_, i);
-    select_scan_row(s, now);
+    select_scan_row(s, now, i);
     s.sql(" AND partition_no = ")
         .param(std::int64_t{partitions[i]})
         .sql(" ORDER BY " + dialect_.group_order_column() + " LIMIT " +
              std::to_string(std::max(1, rows_each)));
     close_arm(s, dialect_, "f" + std::to_string(i));
   }
-  return scan_rows(s, conn);
+  return scan_rows(s, conn, ArmOrder::BySeq);
 }
 
 std::vector<GroupScanRow> SqlGroupStore::runs(
@@ -312,7 +346,7 @@ std::vector<GroupScanRow> SqlGroupStore::runs(
     for (std::size_t i = 0; i < arms; ++i) {
       const auto& [partition, group] = groups[from + std::min(i, n - 1)];
       open_arm(s, dialect_, i);
-      select_scan_row(s, now);
+      select_scan_row(s, now, i);
       s.sql(" AND partition_no = ")
           .param(std::int64_t{partition})
           .sql(" AND message_group = ")
@@ -321,7 +355,7 @@ std::vector<GroupScanRow> SqlGroupStore::runs(
                std::to_string(std::max(1, per_group)));
       close_arm(s, dialect_, "r" + std::to_string(i));
     }
-    auto rows = scan_rows(s, conn);
+    auto rows = scan_rows(s, conn, ArmOrder::ByGroup);
     if (arms > n) {
       std::unordered_set<std::string> seen;
       std::erase_if(rows, [&](const GroupScanRow& r) { return !seen.insert(r.event_id).second; });

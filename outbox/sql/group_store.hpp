@@ -80,9 +80,10 @@ class SqlGroupStore final : public GroupStore {
   int kill_group(Connection& conn, const std::string& message_group, const std::string& error,
                  Timestamp now, std::optional<std::int64_t> after = std::nullopt);
   void unblock(Connection& conn, const std::string& message_group);
-  // "SELECT event_id, message_group, partition_no, due, seq, due_at FROM table WHERE " pending
-  // and grouped: the columns a GroupScanRow is read from, up to the rest of the WHERE.
-  void select_scan_row(Statement& s, Timestamp now) const;
+  // "SELECT event_id, message_group, partition_no, due, seq, due_at, <arm> AS arm FROM table
+  // WHERE " pending and grouped: the columns a GroupScanRow is read from (and the union arm it
+  // came from), up to the rest of the WHERE.
+  void select_scan_row(Statement& s, Timestamp now, std::size_t arm) const;
 
   const Dialect& dialect_;
   std::string table_;
