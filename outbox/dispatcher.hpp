@@ -209,7 +209,8 @@ class OutboxDispatcher {
   void worker_loop();
   // process and complete return true when the event's group (if any) may go on.
   bool process(QueuedEvent& event);
-  // True, and the event left in the table unprocessed, when acting() is false now.
+  // True, and the event left in the table unprocessed, when acting() is false now or a grouped
+  // event's partition is no longer held under the holding it was read under.
   bool left_for_holder(const QueuedEvent& queued);
   // Adds to `stopped` the message groups that may not go on; events of a group already in it
   // are left in the table.

@@ -1,5 +1,6 @@
 // The dispatcher's batches: events taken together go to their batch listener in one call (per
-// listener, queue order kept), the rest one by one; a batch is re-checked against acting().
+// listener, queue order kept), the rest one by one; each is re-checked against acting() and a
+// grouped one against its partition's lease.
 
 #include <algorithm>
 #include <chrono>
@@ -11,7 +12,7 @@
 namespace outbox {
 
 bool OutboxDispatcher::left_for_holder(const QueuedEvent& queued) {
-  if (acting()) {
+  if (acting() && (!grouped(queued) || lease_for(queued))) {
     return false;
   }
   {

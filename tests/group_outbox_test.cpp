@@ -357,6 +357,30 @@ TEST_P(GroupOutbox, ABatchRefusalStopsOnlyItsOwnGroup) {
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
 }
 
+// A group whose events go partly to a batch listener and partly one by one (one route to Kafka,
+// another to a webhook), taken together: delivered in the group's order, not the batch first.
+TEST_P(GroupOutbox, AGroupsEventsForABatchListenerAndForSingleOnesKeepTheGroupsOrder) {
+  batch_for_ = [](std::string_view type) { return type == "B"; };
+  auto& a = node("node-a", GroupFailurePolicy::Block, 3, true);
+  // Known one by one too (as a relay's batch publishers are): the batch listener is what runs.
+  a.listeners->register_listener(EventType::of("B"),
+                                 [this](const EventEnvelope& e) { ledger_.record("single", e); });
+  std::vector<EventEnvelope> events;
+  for (int n = 0; n < 20; ++n) {
+    events.push_back(EventEnvelope::builder(EventType::of(n % 3 == 1 ? "E" : "B"))
+                         .message_group("mixed")
+                         .payload_json("{\"n\":" + std::to_string(n) + "}")
+                         .build());
+  }
+  a.store->insert_batch(*a.pool->acquire(), events);
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(20) == 1; }))
+      << ::testing::PrintToString(ledger_.seen("mixed"))
+      << ::testing::PrintToString(ledger_.violations());
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+  EXPECT_EQ(ledger_.repeats(), 0);
+}
+
 TEST_P(GroupOutbox, SkipSendsTheHeadToDeadAndTheGroupGoesOn) {
   auto& a = node("node-a", GroupFailurePolicy::Skip, 2);
   fail_ = [&](const EventEnvelope& e) {

@@ -561,6 +561,43 @@ TEST_P(GroupRaces, ARunReadBeforeItsPartitionLapsedIsNotDeliveredUnderTheNextHol
   EXPECT_TRUE(ledger_.seen(group).empty());
 }
 
+// Events taken together for a batch listener that, when the batch is formed, has none for them
+// any more (a registry changed meanwhile) go one by one: each is asked again whether its
+// partition is still held under the holding it was read under. The first one's slow delivery
+// outlasts the holding; the second is left in the table and delivered only under the next one.
+TEST_P(GroupRaces, EventsOfATakeDeliveredOneByOneAreNotDeliveredAfterTheirPartitionLapsed) {
+  std::atomic<int> asked{0};
+  // Asked once per event as it is queued, then again as the take is processed.
+  batch_for_ = [&](std::string_view) { return ++asked <= 2; };
+  auto& a = node("node-a", GroupFailurePolicy::Block, 3, true);
+  const std::string group = "lapses-between-singles";
+  const std::string lease = partition_lease_name(message_group_partition(group));
+  std::atomic<std::int64_t> lapsed_epoch{0};
+  std::atomic<std::int64_t> second_under{0};  // the epoch event 1 went out under; -1: none held
+  fail_ = [&](const EventEnvelope& e) {
+    if (number_of(e) == 0 && lapsed_epoch.load() == 0) {
+      const auto held = a.leases->token(lease);
+      auto conn = a.pool->acquire();
+      conn->execute("UPDATE " + sql::lease_table_name(table_) +
+                    " SET owner = 'node-x', epoch = epoch + 1 WHERE name = '" + lease + "'");
+      EXPECT_TRUE(wait_until([&] { return !a.leases->token(lease); }, 20s));
+      lapsed_epoch = held ? held->epoch : -1;
+    } else if (number_of(e) == 1) {
+      const auto now = a.leases->token(lease);
+      second_under = now ? now->epoch : -1;
+    }
+    return false;
+  };
+  insert_rows(a, {group}, 2);
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(2) == 1; }, 30s));
+  EXPECT_GT(a.outbox->dispatcher()->inactive_dropped(), 0U);
+  EXPECT_GT(lapsed_epoch.load(), 0);
+  EXPECT_GT(second_under.load(), lapsed_epoch.load())
+      << "delivered under no holding or the old one";
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+}
+
 // repartition() (called by any node whose scan meets a key's row in a partition not its
 // own) also numbers the key's rows whose partition_no is out of range, unfenced. A key of
 // partition P (held by node-a): #0 out of range (an outside client's), #1 right, #2 in range but

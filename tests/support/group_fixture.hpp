@@ -147,25 +147,29 @@ struct Node {
   }
 };
 
-// Hands every event to one batch listener (as the relay's Kafka and HTTP-batch publishers are),
-// beside the node's registry for the single-event form.
+// Hands events to one batch listener (as the relay's Kafka and HTTP-batch publishers are): every
+// event, or those whose type `takes` accepts when it is set (the rest one by one, as to a
+// webhook), beside the node's registry for the single-event form.
 class BatchRegistry final : public ListenerRegistry {
  public:
-  BatchRegistry(std::shared_ptr<const ListenerRegistry> singles, BatchEventListener batch)
+  BatchRegistry(std::shared_ptr<const ListenerRegistry> singles, BatchEventListener batch,
+                std::function<bool(std::string_view)> takes)
       : singles_(std::move(singles)),
-        batch_(std::make_shared<const BatchEventListener>(std::move(batch))) {}
+        batch_(std::make_shared<const BatchEventListener>(std::move(batch))),
+        takes_(std::move(takes)) {}
   std::shared_ptr<const EventListener> listener_for(std::string_view a,
                                                     std::string_view t) const override {
     return singles_->listener_for(a, t);
   }
   std::shared_ptr<const BatchEventListener> batch_listener_for(std::string_view,
-                                                               std::string_view) const override {
-    return batch_;
+                                                               std::string_view t) const override {
+    return !takes_ || takes_(t) ? batch_ : nullptr;
   }
 
  private:
   std::shared_ptr<const ListenerRegistry> singles_;
   std::shared_ptr<const BatchEventListener> batch_;
+  std::function<bool(std::string_view)> takes_;
 };
 
 class GroupFixture : public ::testing::TestWithParam<Engine> {
@@ -218,7 +222,8 @@ class GroupFixture : public ::testing::TestWithParam<Engine> {
     std::shared_ptr<ListenerRegistry> registry = n->listeners;
     if (batches) {
       registry = std::make_shared<BatchRegistry>(
-          n->listeners, [this, name](std::span<const EventEnvelope* const> events) {
+          n->listeners,
+          [this, name](std::span<const EventEnvelope* const> events) {
             // A broker that fails a key's later events behind a failed one (Kafka's idempotent
             // producer does so per partition).
             std::vector<DeliveryResult> results;
@@ -236,7 +241,8 @@ class GroupFixture : public ::testing::TestWithParam<Engine> {
               }
             }
             return results;
-          });
+          },
+          batch_for_);
     }
     n->outbox = std::make_unique<Outbox>(Outbox::multi_node(
         {.connection_provider = n->pool,
@@ -307,6 +313,8 @@ class GroupFixture : public ::testing::TestWithParam<Engine> {
   int per_group_ = 5;
   std::chrono::milliseconds interval_ = 50ms;
   std::function<bool(const EventEnvelope&)> fail_;
+  // With batches: asked which event types the batch listener takes (unset: every type).
+  std::function<bool(std::string_view)> batch_for_;
   // Wraps the group store of the nodes made from now on (a test's hooks between statements).
   std::function<std::shared_ptr<GroupStore>(std::shared_ptr<GroupStore>)> wrap_groups_;
   std::vector<std::unique_ptr<Node>> nodes_;
