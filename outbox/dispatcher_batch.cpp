@@ -1,6 +1,6 @@
-// The dispatcher's batches: events taken together go to their batch listener in one call (per
-// listener, queue order kept), the rest one by one; each is re-checked against acting() and a
-// grouped one against its partition's lease.
+// The dispatcher's batches: events taken together go to their batch listener in one call per run
+// of events with one listener, the rest one by one, all in queue order; each is re-checked
+// against acting() and a grouped one against its partition's lease.
 
 #include <algorithm>
 #include <chrono>
@@ -25,30 +25,18 @@ bool OutboxDispatcher::left_for_holder(const QueuedEvent& queued) {
 
 void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
                                      std::unordered_set<std::string>& stopped) {
-  // Group by batch listener, keeping queue order within each group; events without one (or
-  // whose lookup fails) go one by one.
-  std::vector<std::pair<std::shared_ptr<const BatchEventListener>, std::vector<std::size_t>>>
-      groups;
-  std::vector<std::size_t> singles;
+  // A take holds events queued for one batch listener, but the registry is asked again here: an
+  // event whose lookup now fails or finds none goes one by one. The take is delivered in queue
+  // order all the same, a batch call per run of events with one listener: delivering the batch
+  // first would put a group's later events before an earlier one that went one by one.
+  std::vector<std::shared_ptr<const BatchEventListener>> listener_of(events.size());
   for (std::size_t i = 0; i < events.size(); ++i) {
     const auto& e = events[i].envelope;
-    std::shared_ptr<const BatchEventListener> batch;
     try {
-      batch = options_.listeners->batch_listener_for(e.aggregate_type(), e.event_type());
+      listener_of[i] = options_.listeners->batch_listener_for(e.aggregate_type(), e.event_type());
     } catch (const std::exception& ex) {
       log(LogLevel::Warning, std::string("batch_listener_for threw: ") + ex.what());
     }
-    if (!batch) {
-      singles.push_back(i);
-      continue;
-    }
-    auto group =
-        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == batch; });
-    if (group == groups.end()) {
-      groups.emplace_back(batch, std::vector<std::size_t>{});
-      group = groups.end() - 1;
-    }
-    group->second.push_back(i);
   }
   std::size_t left = 0;
   // Leaves an event in the table: its holder (or this process, later) delivers it. A message
@@ -63,7 +51,8 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
   // A batch takes a while: before each call it is asked again whether this process may still
   // deliver. One that lost its lease midway (paused, cut off) leaves the rest to the new holder;
   // one that handed a group's partition over leaves that group's events.
-  for (auto& [listener, members] : groups) {
+  const auto deliver_batch = [&](const BatchEventListener& listener,
+                                 const std::vector<std::size_t>& members) {
     const bool act = acting();
     std::vector<std::size_t> live;  // positions in `events` still to be delivered here
     for (std::size_t m : members) {
@@ -89,7 +78,7 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
     if (!batch.empty()) {
       std::vector<DeliveryResult> returned;
       try {
-        returned = (*listener)(batch);
+        returned = listener(batch);
         if (returned.size() != batch.size()) {
           throw std::logic_error("batch listener returned " + std::to_string(returned.size()) +
                                  " results for " + std::to_string(batch.size()) + " events");
@@ -117,8 +106,8 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
         stopped.insert(*group);
       }
     }
-  }
-  for (std::size_t i : singles) {
+  };
+  const auto deliver_single = [&](std::size_t i) {
     const auto& group = events[i].envelope.message_group();
     if (group && stopped.contains(*group)) {
       leave(events[i]);  // a group's events never run after one left or failed
@@ -130,6 +119,18 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
     } else if (!process(events[i]) && group) {
       stopped.insert(*group);
     }
+  };
+  for (std::size_t i = 0; i < events.size();) {
+    if (!listener_of[i]) {
+      deliver_single(i++);
+      continue;
+    }
+    std::vector<std::size_t> members;
+    const auto& listener = listener_of[i];
+    for (; i < events.size() && listener_of[i] == listener; ++i) {
+      members.push_back(i);
+    }
+    deliver_batch(*listener, members);
   }
   if (left > 0) {
     log(LogLevel::Info, "OutboxDispatcher: not acting (lease lost or partition handed over); " +

@@ -300,6 +300,17 @@ class GroupFixture : public ::testing::TestWithParam<Engine> {
     }
     via.store->insert_batch(*via.pool->acquire(), events);
   }
+  // One event of each of `types` in `key`, numbered in that order, as insert_rows() writes them.
+  void insert_typed(Node& via, const std::string& key, const std::vector<std::string>& types) {
+    std::vector<EventEnvelope> events;
+    for (std::size_t n = 0; n < types.size(); ++n) {
+      events.push_back(EventEnvelope::builder(EventType::of(types[n]))
+                           .message_group(key)
+                           .payload_json("{\"n\":" + std::to_string(n) + "}")
+                           .build());
+    }
+    via.store->insert_batch(*via.pool->acquire(), events);
+  }
   std::optional<OutboxEvent> row(const std::string& id) {
     return nodes_.front()->store->find(*nodes_.front()->pool->acquire(), id);
   }
