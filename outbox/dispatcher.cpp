@@ -225,7 +225,7 @@ void OutboxDispatcher::prepare(QueuedEvent& event) const {
               ->batch_listener_for(event.envelope.aggregate_type(), event.envelope.event_type())
               .get();
       event.batchable = event.batch_key != nullptr;
-    } catch (const std::exception&) {
+    } catch (...) {
       event.batchable = false;  // process_batch logs the failure when it looks again
       event.batch_key = nullptr;
     }

@@ -2,8 +2,8 @@
 // of events with one listener, the rest one by one, all in queue order; each is re-checked
 // against acting() and a grouped one against its partition's lease.
 
-#include <algorithm>
 #include <chrono>
+#include <unordered_set>
 
 #include "outbox/dispatcher.hpp"
 #include "outbox/listener.hpp"
@@ -36,6 +36,8 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
       listener_of[i] = options_.listeners->batch_listener_for(e.aggregate_type(), e.event_type());
     } catch (const std::exception& ex) {
       log(LogLevel::Warning, std::string("batch_listener_for threw: ") + ex.what());
+    } catch (...) {
+      log(LogLevel::Warning, "batch_listener_for threw a non-standard exception");
     }
   }
   std::size_t left = 0;
@@ -69,10 +71,20 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
     std::vector<DeliveryResult> results(live.size());
     std::vector<const EventEnvelope*> batch;
     std::vector<std::size_t> batch_members;  // positions in `live` of the events in `batch`
+    // An event an interceptor refused keeps its group's later events out of the call: they stay
+    // in the table behind it, as a single's would.
+    std::unordered_set<std::string> refused;
+    std::vector<bool> held_back(live.size(), false);
     for (std::size_t k = 0; k < live.size(); ++k) {
-      if (run_before(events[live[k]].envelope, results[k])) {
-        batch.push_back(&events[live[k]].envelope);
+      const auto& envelope = events[live[k]].envelope;
+      const auto& group = envelope.message_group();
+      if (group && refused.contains(*group)) {
+        held_back[k] = true;
+      } else if (run_before(envelope, results[k])) {
+        batch.push_back(&envelope);
         batch_members.push_back(k);
+      } else if (group) {
+        refused.insert(*group);
       }
     }
     if (!batch.empty()) {
@@ -93,6 +105,11 @@ void OutboxDispatcher::process_batch(std::vector<QueuedEvent>& events,
     for (std::size_t k = 0; k < live.size(); ++k) {
       auto& queued = events[live[k]];
       const auto& group = queued.envelope.message_group();
+      if (held_back[k]) {
+        finish(queued.envelope.event_id());
+        stopped.insert(*group);
+        continue;
+      }
       if (group && stopped.contains(*group) && !results[k].ok()) {
         // It failed behind its group's failure in this call (as a broker fails a key's later
         // events): no attempt of its own, so it can never block the group in its head's place

@@ -415,6 +415,106 @@ TEST_P(GroupOutbox, AHeadWhoseBatchRouteIsGoneAtDeliveryStillGoesFirst) {
   EXPECT_EQ(ledger_.repeats(), 0);
 }
 
+// An interceptor refuses a group's head once, in a batch: the head's later events stay out of
+// that call and go after it. (Hostile round: they went in the same call, before the head.)
+TEST_P(GroupOutbox, AHeadAnInterceptorRefusesInABatchStillGoesFirst) {
+  struct RefuseHeadOnce final : EventInterceptor {
+    std::atomic<int> refused{0};
+    void before_dispatch(const EventEnvelope& e) override {
+      if (number_of(e) == 0 && refused.fetch_add(1) == 0) {
+        throw std::runtime_error("interceptor refused the head once");
+      }
+    }
+  };
+  auto refuse = std::make_shared<RefuseHeadOnce>();
+  interceptors_ = {refuse};
+  auto& a = node("node-a", GroupFailurePolicy::Block, 3, true);
+  insert_rows(a, {"refused-head"}, 4);
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(4) == 1; }))
+      << ::testing::PrintToString(ledger_.seen("refused-head"));
+  EXPECT_GE(refuse->refused.load(), 1);
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+  EXPECT_EQ(ledger_.repeats(), 0);
+}
+
+// A registry throwing what is not a std::exception at delivery: the event goes one by one, the
+// worker lives on. (Hostile round: std::terminate.)
+TEST_P(GroupOutbox, ARegistryThrowingANonStandardExceptionAtDeliveryStopsNothing) {
+  std::atomic<int> asked{0};
+  batch_for_ = [&](std::string_view type) {
+    if (type == "H" && ++asked == 2) {
+      throw 42;
+    }
+    return true;
+  };
+  auto& a = node("node-a", GroupFailurePolicy::Block, 3, true);
+  a.listeners->register_listener(EventType::of("H"),
+                                 [this](const EventEnvelope& e) { ledger_.record("single", e); });
+  insert_typed(a, "flip", {"H", "E", "E"});
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(3) == 1; }))
+      << ::testing::PrintToString(ledger_.seen("flip"));
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+}
+
+// A registry whose batch answer changes at every lookup: the batch listener, another one that
+// refuses what it is handed in its first two calls, none, a throw. Every group keeps its order.
+TEST_P(GroupOutbox, ARegistryChangingItsAnswerAtEveryLookupKeepsEveryGroupsOrder) {
+  class Flapping final : public ListenerRegistry {
+   public:
+    explicit Flapping(std::shared_ptr<ListenerRegistry> inner) : inner_(std::move(inner)) {
+      other_ = std::make_shared<const BatchEventListener>(
+          [this](std::span<const EventEnvelope* const> events) {
+            if (other_calls_++ < 2) {
+              return std::vector<DeliveryResult>(events.size(),
+                                                 DeliveryResult::failed("other refuses"));
+            }
+            return (*inner_->batch_listener_for("", "E"))(events);
+          });
+    }
+    std::shared_ptr<const EventListener> listener_for(std::string_view a,
+                                                      std::string_view t) const override {
+      return inner_->listener_for(a, t);
+    }
+    std::shared_ptr<const BatchEventListener> batch_listener_for(
+        std::string_view a, std::string_view t) const override {
+      switch (n_++ % 4) {
+        case 0:
+          return inner_->batch_listener_for(a, t);
+        case 1:
+          return other_;
+        case 2:
+          return nullptr;
+        default:
+          throw std::runtime_error("flap");
+      }
+    }
+
+   private:
+    std::shared_ptr<ListenerRegistry> inner_;
+    std::shared_ptr<const BatchEventListener> other_;
+    mutable std::atomic<int> n_{0};
+    std::atomic<int> other_calls_{0};
+  };
+  wrap_registry_ = [](std::shared_ptr<ListenerRegistry> inner) {
+    return std::make_shared<Flapping>(std::move(inner));
+  };
+  per_group_ = 20;
+  std::atomic<int> refusals{0};
+  fail_ = [&](const EventEnvelope& e) { return number_of(e) % 7 == 3 && refusals++ < 6; };
+  auto& a = node("node-a", GroupFailurePolicy::Block, 10, true);
+  std::vector<std::string> keys;
+  for (int g = 0; g < 6; ++g) {
+    keys.push_back("k" + std::to_string(g));
+  }
+  insert_rows(a, keys, 12);
+  a.outbox->start();
+  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(12) == 6; }));
+  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+  EXPECT_EQ(ledger_.repeats(), 0);
+}
+
 TEST_P(GroupOutbox, SkipSendsTheHeadToDeadAndTheGroupGoesOn) {
   auto& a = node("node-a", GroupFailurePolicy::Skip, 2);
   fail_ = [&](const EventEnvelope& e) {

@@ -19,6 +19,7 @@
 
 #include "outbox/detect/detect.hpp"
 #include "outbox/dispatcher.hpp"
+#include "outbox/interceptor.hpp"
 #include "outbox/lease_manager.hpp"
 #include "outbox/listener.hpp"
 #include "outbox/outbox.hpp"
@@ -244,6 +245,9 @@ class GroupFixture : public ::testing::TestWithParam<Engine> {
           },
           batch_for_);
     }
+    if (wrap_registry_) {
+      registry = wrap_registry_(registry);
+    }
     n->outbox = std::make_unique<Outbox>(Outbox::multi_node(
         {.connection_provider = n->pool,
          .tx_context = n->tx_context,
@@ -259,6 +263,7 @@ class GroupFixture : public ::testing::TestWithParam<Engine> {
                             std::make_shared<ExponentialBackoffRetryPolicy>(20ms, 20ms, false),
                         .max_attempts = max_attempts,
                         .worker_count = 4,
+                        .interceptors = interceptors_,
                         .max_batch_size = batches ? 50U : 1U},
          .poller = {.batch_size = 100, .interval = interval_}}));
     nodes_.push_back(std::move(n));
@@ -329,6 +334,10 @@ class GroupFixture : public ::testing::TestWithParam<Engine> {
   // Wraps the group store of the nodes made from now on (a test's hooks between statements).
   std::function<std::shared_ptr<GroupStore>(std::shared_ptr<GroupStore>)> wrap_groups_;
   std::vector<std::unique_ptr<Node>> nodes_;
+  // The interceptors of the nodes made from now on, and what wraps their listener registry.
+  std::vector<std::shared_ptr<EventInterceptor>> interceptors_;
+  std::function<std::shared_ptr<ListenerRegistry>(std::shared_ptr<ListenerRegistry>)>
+      wrap_registry_;
 };
 
 }  // namespace outbox::testing
