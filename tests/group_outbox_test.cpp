@@ -24,7 +24,31 @@ using testing::Node;
 using testing::number_of;
 using testing::wait_until;
 
-class GroupOutbox : public testing::GroupFixture {};
+class GroupOutbox : public testing::GroupFixture {
+ protected:
+  // Group "flip" (H, E, E) in one take for the batch listener; the second lookup of H's batch
+  // listener, as the take is delivered (the first was as it was queued), calls `fail`. The head
+  // must still go first, and the worker live on.
+  void head_lookup_fails_at_delivery(const std::function<void()>& fail) {
+    // Shared: the node's workers may still ask after this returns, until TearDown stops them.
+    auto asked = std::make_shared<std::atomic<int>>(0);
+    batch_for_ = [asked, fail](std::string_view type) {
+      if (type == "H" && ++*asked == 2) {
+        fail();
+      }
+      return true;
+    };
+    auto& a = node("node-a", GroupFailurePolicy::Block, 3, true);
+    a.listeners->register_listener(EventType::of("H"),
+                                   [this](const EventEnvelope& e) { ledger_.record("single", e); });
+    insert_typed(a, "flip", {"H", "E", "E"});
+    a.outbox->start();
+    ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(3) == 1; }))
+        << ::testing::PrintToString(ledger_.seen("flip"));
+    EXPECT_EQ(asked->load(), 2);
+    EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+  }
+};
 
 TEST_P(GroupOutbox, EveryKeyInOrderAcrossThreeNodesWithGroupsInParallelUnderTheCap) {
   constexpr int kGroups = 60;
@@ -383,22 +407,7 @@ TEST_P(GroupOutbox, AGroupsEventsForABatchListenerAndForSingleOnesKeepTheGroupsO
 // one, and still before the group's later events. (Found by a hostile round: the batch went
 // first, on every engine.)
 TEST_P(GroupOutbox, AHeadWhoseBatchLookupFailsAtDeliveryStillGoesFirst) {
-  std::atomic<int> asked{0};
-  batch_for_ = [&](std::string_view type) {
-    if (type == "H" && ++asked == 2) {  // 1st: as it is queued; 2nd: as the take is delivered
-      throw std::runtime_error("registry lookup failed once");
-    }
-    return true;
-  };
-  auto& a = node("node-a", GroupFailurePolicy::Block, 3, true);
-  a.listeners->register_listener(EventType::of("H"),
-                                 [this](const EventEnvelope& e) { ledger_.record("single", e); });
-  insert_typed(a, "flip", {"H", "E", "E"});
-  a.outbox->start();
-  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(3) == 1; }))
-      << ::testing::PrintToString(ledger_.seen("flip"));
-  EXPECT_EQ(asked.load(), 2);
-  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+  head_lookup_fails_at_delivery([] { throw std::runtime_error("registry lookup failed once"); });
 }
 
 TEST_P(GroupOutbox, AHeadWhoseBatchRouteIsGoneAtDeliveryStillGoesFirst) {
@@ -441,21 +450,7 @@ TEST_P(GroupOutbox, AHeadAnInterceptorRefusesInABatchStillGoesFirst) {
 // A registry throwing what is not a std::exception at delivery: the event goes one by one, the
 // worker lives on. (Hostile round: std::terminate.)
 TEST_P(GroupOutbox, ARegistryThrowingANonStandardExceptionAtDeliveryStopsNothing) {
-  std::atomic<int> asked{0};
-  batch_for_ = [&](std::string_view type) {
-    if (type == "H" && ++asked == 2) {
-      throw 42;
-    }
-    return true;
-  };
-  auto& a = node("node-a", GroupFailurePolicy::Block, 3, true);
-  a.listeners->register_listener(EventType::of("H"),
-                                 [this](const EventEnvelope& e) { ledger_.record("single", e); });
-  insert_typed(a, "flip", {"H", "E", "E"});
-  a.outbox->start();
-  ASSERT_TRUE(wait_until([&] { return ledger_.complete_groups(3) == 1; }))
-      << ::testing::PrintToString(ledger_.seen("flip"));
-  EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
+  head_lookup_fails_at_delivery([] { throw 42; });
 }
 
 // A registry whose batch answer changes at every lookup: the batch listener, another one that
