@@ -4,6 +4,7 @@
 #include <bit>
 #include <iterator>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
