@@ -710,9 +710,20 @@ TEST_P(GroupRaces, RowsLeftWithoutAPartitionAreNumberedWhileOtherPartitionsHold5
 namespace moved {
 inline LeaseToken move_lease_to_x(sql::Connection& c, const std::string& table,
                                   const std::string& lease) {
-  c.execute("UPDATE " + sql::lease_table_name(table) +
-            " SET owner = NULL, expires_at = NULL WHERE name = '" + lease + "'");
-  auto token = detect_lease_store(c, table)->acquire(c, lease, "node-x", 60s);
+  // One transaction: between the two statements the holder's lease manager could take the freed
+  // lease again (seen in a full suite run on SQLite).
+  const auto store = detect_lease_store(c, table);
+  c.begin();
+  std::optional<LeaseToken> token;
+  try {
+    c.execute("UPDATE " + sql::lease_table_name(table) +
+              " SET owner = NULL, expires_at = NULL WHERE name = '" + lease + "'");
+    token = store->acquire(c, lease, "node-x", 60s);
+    c.commit();
+  } catch (...) {
+    c.rollback();
+    throw;
+  }
   if (!token) {
     throw std::runtime_error("node-x could not take " + lease);
   }
