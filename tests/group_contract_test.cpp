@@ -234,6 +234,86 @@ TEST_P(GroupContract, AFrontIsAPartitionsFirstRowsInInsertOrderAndRunsAreEachGro
   EXPECT_EQ(groups_->front(*conn, {9}, 1, now).at(0).event_id, written[1]);
 }
 
+// SQL promises no order of a UNION ALL without an ORDER BY over the whole. Through a connection
+// that hands a union's rows back reversed (as an engine may, e.g. from a parallel plan), the
+// scan, the front and the runs read what they read through the engine's own order.
+class ReversedUnions final : public sql::Connection {
+ public:
+  explicit ReversedUnions(sql::Connection& inner) : inner_(inner) {}
+  std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
+    return inner_.execute(sql, params);
+  }
+  std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
+    auto rows = inner_.query(sql, params);
+    if (sql.find("UNION ALL") != std::string_view::npos) {
+      std::reverse(rows.begin(), rows.end());
+    }
+    return rows;
+  }
+  void begin() override { inner_.begin(); }
+  void commit() override { inner_.commit(); }
+  void rollback() override { inner_.rollback(); }
+  bool in_transaction() const override { return inner_.in_transaction(); }
+  std::string_view dialect() const override { return inner_.dialect(); }
+  bool single_writer() const override { return inner_.single_writer(); }
+
+ private:
+  sql::Connection& inner_;
+};
+
+TEST_P(GroupContract, TheGroupReadsDoNotDependOnTheOrderOfAUnionsRows) {
+  const auto keys = keys_of_partition("u", 11, 3);
+  for (int n = 0; n < 4; ++n) {
+    for (const auto& key : keys) {
+      write({grouped(key + "-" + std::to_string(n), key)});
+    }
+  }
+  write({grouped("w-0", "unioned"), grouped("w-1", "unioned")});
+  const int other = message_group_partition("unioned");
+  ASSERT_NE(other, 11);
+  auto conn = pool_->acquire();
+  ReversedUnions reversed(*conn);
+  const auto now = Clock::system()->now();
+  const auto ids = [](const std::vector<GroupScanRow>& rows) {
+    std::vector<std::string> out;
+    for (const auto& r : rows) {
+      out.push_back(r.event_id);
+    }
+    return out;
+  };
+  // A scan: partition after partition, each group's rows together and head first (the order of
+  // the groups inside a partition is the engine's, under its collation).
+  const auto by_partition_and_group = [](const std::vector<GroupScanRow>& rows) {
+    std::vector<std::pair<int, std::map<std::string, std::vector<std::string>>>> out;
+    std::string last;
+    for (const auto& r : rows) {
+      if (out.empty() || out.back().first != r.partition) {
+        out.push_back({r.partition, {}});
+        last.clear();
+      }
+      auto& group = out.back().second[r.message_group];
+      EXPECT_TRUE(group.empty() || last == r.message_group)
+          << r.message_group << "'s rows are not together";
+      group.push_back(r.event_id);
+      last = r.message_group;
+    }
+    return out;
+  };
+  const std::vector<GroupScanRange> ranges{{11, {}, 7}, {other, {}, 5}};
+  const auto scanned = by_partition_and_group(groups_->scan(*conn, ranges, now));
+  ASSERT_EQ(scanned.size(), 2U);
+  EXPECT_EQ(by_partition_and_group(groups_->scan(reversed, ranges, now)), scanned);
+  const std::vector<std::pair<int, std::string>> asked{
+      {11, keys[2]}, {other, "unioned"}, {11, keys[0]}};
+  const auto runs = ids(groups_->runs(*conn, asked, 3, now));
+  EXPECT_EQ(runs.size(), 8U);
+  EXPECT_EQ(ids(groups_->runs(reversed, asked, 3, now)), runs);
+  if (groups_->has_fronts()) {
+    EXPECT_EQ(ids(groups_->front(reversed, {other, 11}, 3, now)),
+              ids(groups_->front(*conn, {other, 11}, 3, now)));
+  }
+}
+
 TEST_P(GroupContract, AClaimNeedsThePartitionLeaseLiveInTheDatabase) {
   write({grouped("e1", "acct-9"), grouped("e2", "acct-9")});
   const int p = message_group_partition("acct-9");

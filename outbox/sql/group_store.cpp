@@ -222,10 +222,12 @@ void close_arm(Statement& s, const Dialect& dialect, const std::string& alias) {
 // which is the column's collation) or by seq alone.
 enum class ArmOrder { ByGroup, BySeq };
 
-// The rows of a UNION ALL of arms (select_scan_row), each arm's rows in turn and in the arm's
-// order. SQL promises no order of a union without an ORDER BY over the whole, and a head taken
-// out of order would break its group's order: the rows are put in it here, whatever the engine
-// gave (every engine here gives it already: the sort then moves nothing).
+// The rows of a UNION ALL of arms (select_scan_row): arm after arm, each group's rows together and
+// by seq. SQL promises no order of a union without an ORDER BY over the whole, and a head taken
+// out of order would break its group's order: that much is put right here, whatever the engine
+// gave (every engine here gives it already: the sort then moves nothing). The groups of an arm
+// stay in the order the engine gave them: only it knows its collation (a scan's cursor follows
+// it, so a different order there delays groups, never breaks their order).
 std::vector<GroupScanRow> scan_rows(const Statement& s, Connection& conn, ArmOrder order) {
   struct Keyed {
     std::int64_t arm;
