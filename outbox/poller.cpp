@@ -311,7 +311,8 @@ int OutboxPoller::run_cycle(bool background) {
   // Only a next cycle that follows at once may be left the DONE marks waiting (it writes them
   // before its claim on SQLite); after a short page, a failure or close nobody comes back soon.
   options_.handler->after_cycle(!worker_->closed() && consecutive_failures_.load() == 0 &&
-                                last_cycle_.load() == CycleResult::FullBatch);
+                                last_cycle_.load() == CycleResult::FullBatch &&
+                                claimed_last_.load());
   return handed;
 }
 
@@ -355,10 +356,12 @@ int OutboxPoller::cycle_once(bool background) {
   try {
     std::optional<sql::PooledConnection> held(options_.connection_provider->acquire());
     sql::Connection* conn = &**held;
-    if (options_.claim_locking) {
-      // Only a claim takes the write lock anyway. A poll without claims is a read: making it wait
-      // for the lock behind the writers of the same pool starved it (SQLite, 4 writers in the
-      // poller's process: it delivered ~1,000 of 9,000 events a second while they wrote).
+    if (options_.claim_locking && claimed_last_.load()) {
+      // Only a claim that takes rows is sure to take the write lock. A poll without claims is a
+      // read: making it wait for the lock behind the writers of the same pool starved it (SQLite,
+      // 4 writers in the poller's process: it delivered ~1,000 of 9,000 events a second while they
+      // wrote). So is a claim with nothing to claim on SQLite, and a relay draining only message
+      // groups then leaves its DONE marks to the flusher's thread, beside its reads.
       handler.before_query(*conn);
     }
     const auto now = options_.clock->now();
@@ -378,6 +381,7 @@ int OutboxPoller::cycle_once(bool background) {
     if (options_.claim_locking) {
       rows = options_.store->claim_pending(*conn, owner_, now, options_.claim_locking->lock_timeout,
                                            options_.skip_recent, limit, after);
+      claimed_last_.store(!rows.empty());
     } else {
       // From the head, rows queued or in flight here are still pending in the table and come
       // first: read past them so a busy queue does not hide the rows behind it.

@@ -71,11 +71,12 @@ class OutboxPollerHandler {
   /// last handle_all().
   virtual void begin_cycle(PollCycle& /*cycle*/) {}
   virtual void end_cycle(PollCycle& /*cycle*/) {}
-  /// Called with the cycle's connection before a claim (claim locking): work that needs the
-  /// database's write lock is cheaper done here, by the thread about to take it anyway.
+  /// Called with the cycle's connection before a claim (claim locking) when the claim before it
+  /// took rows: work that needs the database's write lock is cheaper done here, by the thread
+  /// about to take it anyway (a claim that finds nothing may not take it).
   virtual void before_query(sql::Connection& /*conn*/) {}
   /// Called when the cycle's claim is done (a staged hand-over may still run): `next_at_once`,
-  /// the next cycle follows without waiting (a full page, no failure).
+  /// the next cycle follows without waiting (a full page, no failure) and calls before_query().
   virtual void after_cycle(bool /*next_at_once*/) {}
   /// Events the handler holds (queued or running) whose rows are still pending: a poll without
   /// claim locking reads that many extra rows to see past them.
@@ -207,6 +208,9 @@ class OutboxPoller {
   std::atomic<CycleResult> last_cycle_{CycleResult::Partial};
   std::atomic<int> idle_cycles_{64};  // cycles without work since the last with (adaptive)
   std::atomic<bool> hinted_{false};   // a wake-up came since the last cycle began
+  // The last claim (claim locking) took rows: the next one is expected to write, so the
+  // handler's before_query() work is done on its connection.
+  std::atomic<bool> claimed_last_{true};
   std::once_flag watcher_started_;
   std::mutex cycle_mutex_;  // serialises poll() cycles; guards cursor_*, last_head_scan_
   // Where the next keyset page starts (a PendingKey); no time: from the head.

@@ -279,6 +279,39 @@ TEST_F(PollerTest, ClaimLockingTakesEachRowOnceUntilExpiry) {
   EXPECT_EQ(p1.owner(), "node-1");
 }
 
+// Counts before_query() calls (where a dispatcher writes its DONE marks on SQLite).
+class BeforeQueryHandler final : public OutboxPollerHandler {
+ public:
+  bool handle(const EventEnvelope&, int) override { return true; }
+  void before_query(sql::Connection&) override { ++calls; }
+  int calls = 0;
+};
+
+// A claim that takes nothing may not take the write lock (SQLite), so the write-lock work waits
+// for a claim after one that took rows: a relay draining only message groups leaves its DONE
+// marks to the flusher's thread.
+TEST_F(PollerTest, WorkBeforeAClaimIsDoneWhileClaimsTakeRows) {
+  auto counting = std::make_shared<BeforeQueryHandler>();
+  auto o = options();
+  o.claim_locking = ClaimLocking{"node-1", std::chrono::milliseconds(60000)};
+  o.handler = counting;
+  OutboxPoller poller(o);
+  EXPECT_EQ(poller.poll(), 0);
+  EXPECT_EQ(counting->calls, 1);  // nothing known yet: as before a claim that takes rows
+  EXPECT_EQ(poller.poll(), 0);
+  EXPECT_EQ(counting->calls, 1);
+  insert("r1", clock->now() - 1s);
+  EXPECT_EQ(poller.poll(), 1);
+  EXPECT_EQ(counting->calls, 1);  // the claim before took nothing
+  insert("r2", clock->now() - 1s);
+  EXPECT_EQ(poller.poll(), 1);
+  EXPECT_EQ(counting->calls, 2);
+  EXPECT_EQ(poller.poll(), 0);
+  EXPECT_EQ(counting->calls, 3);
+  EXPECT_EQ(poller.poll(), 0);
+  EXPECT_EQ(counting->calls, 3);
+}
+
 // Counts claims; each claim waits while `hold` is set (a slow statement).
 class CountingClaims final : public testing::ForwardingStore {
  public:

@@ -330,6 +330,17 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
                                                           std::chrono::milliseconds lock_timeout,
                                                           std::chrono::microseconds skip_recent,
                                                           int limit, const PendingKey* after) {
+  // A read first: an UPDATE takes the database's one write lock even when it matches nothing,
+  // so a relay draining only message groups queued every cycle behind its own DONE marks for an
+  // empty claim (grouped rows are not claimed here, docs/groups.md).
+  auto probe = statement();
+  probe.sql("SELECT 1 FROM " + table());
+  where_due(probe, now, skip_recent);
+  claimable(probe, owner, now, lock_timeout, after);
+  probe.sql(" LIMIT 1");
+  if (probe.query(conn).empty()) {
+    return {};
+  }
   // One statement: SQLite runs it under the database write lock, so two processes can never
   // both claim a row.
   auto s = statement();

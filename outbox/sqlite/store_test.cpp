@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "outbox/errors.hpp"
 #include "outbox/sqlite/driver.hpp"
 #include "tests/support/test_support.hpp"
 
@@ -50,6 +51,34 @@ TEST(SqliteStore, PollClaimAndPurgeUseTheirPartialIndexes) {
   const auto g = plan(*conn, groups);
   EXPECT_NE(g.find("outbox_event_groups"), std::string::npos) << g;
   EXPECT_EQ(g.find("TEMP B-TREE"), std::string::npos) << g;
+}
+
+// A relay draining only message groups claims no ungrouped row in any cycle: that claim must not
+// queue for the write lock behind the DONE marks (or anyone) for nothing.
+TEST(SqliteStore, AClaimWithNothingToClaimDoesNotTakeTheWriteLock) {
+  using namespace std::chrono_literals;
+  outbox::testing::TempDir dir;
+  auto conn = outbox::sqlite::open(dir.file("s.db"), {.busy_timeout = 50ms});
+  outbox::sqlite::create_schema(*conn);
+  outbox::sqlite::SqliteOutboxStore store({.table = "outbox_event"});
+  store.insert_new(*conn, outbox::EventEnvelope::builder(outbox::EventType::of("Moved"))
+                              .event_id("grouped-1")
+                              .message_group("order-1")
+                              .payload_json("{}")
+                              .build());
+  auto other = outbox::sqlite::open(dir.file("s.db"));
+  const auto claim = [&] {
+    return store.claim_pending(*conn, "node-a", outbox::Clock::system()->now(), 30s, 0us, 10,
+                               nullptr);
+  };
+  other->execute("BEGIN IMMEDIATE");
+  EXPECT_TRUE(claim().empty());  // only a grouped row: read, not claimed
+  other->execute("COMMIT");
+  store.insert_new(*other, outbox::EventEnvelope::of_json(outbox::EventType::of("T"), "{}"));
+  other->execute("BEGIN IMMEDIATE");
+  EXPECT_THROW(claim(), outbox::StoreError);  // a row to claim: the claim needs the lock
+  other->execute("ROLLBACK");
+  EXPECT_EQ(claim().size(), 1U);
 }
 
 }  // namespace
