@@ -367,6 +367,35 @@ TEST_F(MariaDbHardening, HeadersAreMeasuredAsEncoded) {
   EXPECT_EQ(store_->count_by_status(*conn_)[0], 10);
 }
 
+// A relay draining only message groups claims no ungrouped row in any cycle: after a claim that
+// found nothing, the next reads first and opens no transaction unless there is a row to claim.
+TEST_F(MariaDbHardening, AClaimAfterAnEmptyOneOpensNoTransactionForNothing) {
+  const auto transactions = [&] {
+    return conn_->query("SHOW SESSION STATUS LIKE 'Com_begin'")[0].get_int(1);
+  };
+  const auto claim = [&] {
+    return store_->claim_pending(*conn_, "node-a", Clock::system()->now(), 30s, 0us, 10, nullptr);
+  };
+  store_->insert_new(*conn_, EventEnvelope::builder(EventType::of("Moved"))
+                                 .event_id("grouped-1")
+                                 .message_group("order-1")
+                                 .payload_json("{}")
+                                 .build());
+  EXPECT_TRUE(claim().empty());
+  const auto before = transactions();
+  EXPECT_TRUE(claim().empty());
+  EXPECT_TRUE(claim().empty());
+  EXPECT_EQ(transactions(), before);
+  store_->insert_new(*conn_, EventEnvelope::of_json(EventType::of("T"), "{}"));
+  EXPECT_EQ(claim().size(), 1U);
+  EXPECT_EQ(transactions(), before + 1);
+  // The row is this node's now; the claim before took one, so a locking read finds that out.
+  EXPECT_TRUE(claim().empty());
+  EXPECT_EQ(transactions(), before + 2);
+  EXPECT_TRUE(claim().empty());
+  EXPECT_EQ(transactions(), before + 2);
+}
+
 TEST_F(MariaDbHardening, AReadThatNeverEndsTimesOut) {
   auto options = mysql::parse_url(url_);
   options.timeouts.io = 1s;
