@@ -330,16 +330,20 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
                                                           std::chrono::milliseconds lock_timeout,
                                                           std::chrono::microseconds skip_recent,
                                                           int limit, const PendingKey* after) {
-  // A read first: an UPDATE takes the database's one write lock even when it matches nothing,
-  // so a relay draining only message groups queued every cycle behind its own DONE marks for an
-  // empty claim (grouped rows are not claimed here, docs/groups.md).
-  auto probe = statement();
-  probe.sql("SELECT 1 FROM " + table());
-  where_due(probe, now, skip_recent);
-  claimable(probe, owner, now, lock_timeout, after);
-  probe.sql(" LIMIT 1");
-  if (probe.query(conn).empty()) {
-    return {};
+  if (!conn.in_transaction()) {
+    // A read first: an UPDATE takes the database's one write lock even when it matches nothing,
+    // so a relay draining only message groups queued every cycle behind its own DONE marks for an
+    // empty claim (grouped rows are not claimed here, docs/groups.md). Not in a caller's
+    // transaction: a deferred one that reads first may then be refused the write (its snapshot
+    // is stale once another connection commits).
+    auto probe = statement();
+    probe.sql("SELECT 1 FROM " + table());
+    where_due(probe, now, skip_recent);
+    claimable(probe, owner, now, lock_timeout, after);
+    probe.sql(" LIMIT 1");
+    if (probe.query(conn).empty()) {
+      return {};
+    }
   }
   // One statement: SQLite runs it under the database write lock, so two processes can never
   // both claim a row.
