@@ -53,9 +53,9 @@ struct DispatcherLink;
 /// DONE marks are batched: workers hand finished ids to a flusher thread, which writes them in
 /// one UPDATE per `done_batch_window` (or as soon as `done_batch_max` ids are waiting), so a
 /// workload pays one status commit per window instead of one per event. On a database with one
-/// writer at a time (SQLite) each poll cycle writes the waiting marks before its claim; while it
-/// drains a backlog the flusher leaves full batches to its next cycle (write_done_marks,
-/// expect_done_writer). A crash loses the
+/// writer at a time (SQLite) a poll cycle writes the waiting marks before a claim that follows
+/// one that took rows; while it drains such a backlog the flusher leaves full batches to its next
+/// cycle (write_done_marks, expect_done_writer). A crash loses the
 /// ids not yet written (at most one window's worth); the poller delivers those again
 /// (at-least-once).
 ///
