@@ -99,7 +99,7 @@ class GroupStore {
   virtual std::vector<GroupScanRow> front(sql::Connection& conn, const std::vector<int>& partitions,
                                           int rows_each, Timestamp now) = 0;
   /// The first `per_group` pending rows of each (partition, group) in `groups`, in insert order,
-  /// group after group, in one statement.
+  /// group after group in the order first asked for (a group asked twice comes back once).
   virtual std::vector<GroupScanRow> runs(sql::Connection& conn,
                                          const std::vector<std::pair<int, std::string>>& groups,
                                          int per_group, Timestamp now) = 0;

@@ -394,6 +394,36 @@ TEST_F(MariaDbHardening, AClaimAfterAnEmptyOneOpensNoTransactionForNothing) {
   EXPECT_EQ(transactions(), before + 2);
   EXPECT_TRUE(claim().empty());
   EXPECT_EQ(transactions(), before + 2);
+  // Per owner: another node sharing the store that finds nothing does not make this node's
+  // claims read first (found by a hostile round: a busy node then paid a read per claim).
+  store_->insert_new(*conn_, EventEnvelope::of_json(EventType::of("T"), "{}"));
+  EXPECT_EQ(claim().size(), 1U);
+  auto elsewhere = mysql::connect(url_);
+  const PendingKey beyond{Clock::system()->now() + 24h, "~"};
+  EXPECT_TRUE(
+      store_->claim_pending(*elsewhere, "node-b", Clock::system()->now(), 30s, 0us, 10, &beyond)
+          .empty());
+  EXPECT_TRUE(claim().empty());
+  EXPECT_EQ(transactions(), before + 4);
+}
+
+// Found breaking the read before a claim: with autocommit off the read began a transaction, the
+// claim joined it and never committed, and the row it handed over was left unclaimed.
+TEST_F(MariaDbHardening, AClaimOnASessionWithoutAutocommitIsCommitted) {
+  auto session = mysql::connect(url_);
+  session->execute("SET autocommit = 0");
+  const auto claim = [&](sql::Connection& conn, const char* owner) {
+    return store_->claim_pending(conn, owner, Clock::system()->now(), 60s, 0us, 10, nullptr);
+  };
+  EXPECT_TRUE(claim(*session, "node-a").empty());  // the next claim reads first
+  EXPECT_FALSE(session->in_transaction());
+  store_->insert_new(
+      *conn_,
+      EventEnvelope::builder(EventType::of("T")).event_id("unlocked-1").payload_json("{}").build());
+  ASSERT_EQ(claim(*session, "node-a").size(), 1U);
+  EXPECT_FALSE(session->in_transaction());
+  EXPECT_EQ(store_->find(*conn_, "unlocked-1")->locked_by, "node-a");
+  EXPECT_TRUE(claim(*conn_, "node-b").empty());
 }
 
 TEST_F(MariaDbHardening, AReadThatNeverEndsTimesOut) {

@@ -228,13 +228,19 @@ TEST_P(GroupContract, AFrontIsAPartitionsFirstRowsInInsertOrderAndRunsAreEachGro
   for (int g = 0; g < 300; ++g) {
     EXPECT_EQ(all[static_cast<std::size_t>(g)].event_id, "many-" + std::to_string(g) + "-0");
   }
-  // Padded to a power of two up to 8 arms, to a multiple of 8 above: each group once, in order.
-  for (const std::size_t n : {5, 8, 9, 13, 17, 127, 129}) {
-    const std::vector<std::pair<int, std::string>> first(asked.begin(), asked.begin() + n);
-    const auto some = groups_->runs(*conn, first, 2, now);
-    ASSERT_EQ(some.size(), n);
-    for (std::size_t g = 0; g < n; ++g) {
-      EXPECT_EQ(some[g].event_id, "many-" + std::to_string(g) + "-0");
+  // Padded to a power of two up to 8 arms, to a multiple of 8 above: each group once, in order,
+  // even when asked for twice (found breaking: its rows came back twice).
+  for (const std::size_t n : {2, 5, 8, 9, 13, 17, 24, 127, 128, 129, 200}) {
+    std::vector<std::pair<int, std::string>> first(asked.begin(), asked.begin() + n);
+    for (const bool twice : {false, true}) {
+      if (twice) {
+        first.push_back(first.front());
+      }
+      const auto some = groups_->runs(*conn, first, 2, now);
+      ASSERT_EQ(some.size(), n) << n << (twice ? " with the first asked again" : "");
+      for (std::size_t g = 0; g < n; ++g) {
+        EXPECT_EQ(some[g].event_id, "many-" + std::to_string(g) + "-0");
+      }
     }
   }
   // A group in the wrong partition has no run there; DONE rows leave the front.

@@ -13,6 +13,9 @@ namespace outbox::mysql {
 namespace {
 
 constexpr const char* kEpoch = "TIMESTAMP'1970-01-01 00:00:00'";
+// Owners remembered as idle (MySqlOutboxStore::claim_pending): nodes come and go with their
+// owners' names; past this many the others just claim without reading first.
+constexpr std::size_t kMaxIdleOwners = 1024;
 
 class MySqlDialect final : public sql::Dialect {
  public:
@@ -290,16 +293,28 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
                                                          std::chrono::milliseconds lock_timeout,
                                                          std::chrono::microseconds skip_recent,
                                                          int limit, const PendingKey* after) {
-  if (last_claim_empty_.load() && !conn.in_transaction()) {
-    // After a claim that found nothing, a read first: the claims of a relay draining only
-    // message groups (whose rows are not claimed here) then cost one statement each, not a
-    // transaction of three round trips; a drain of ungrouped rows does not pay for the read.
+  const std::string owner_name(owner);
+  bool idle;
+  {
+    std::lock_guard lock(mutex_);
+    idle = idle_owners_.contains(owner_name);
+  }
+  if (idle && !conn.in_transaction()) {
+    // After a claim of this owner that found nothing, a read first: the claims of a relay
+    // draining only message groups (whose rows are not claimed here) then cost one statement
+    // each, not a transaction of three round trips. A drain of ungrouped rows does not pay for
+    // the read, nor do other nodes sharing this store for one that finds nothing. It asks for
+    // the row the claim would take first, by the claim's own index.
     auto probe = statement();
     probe.sql("SELECT 1 FROM " + table());
     where_due(probe, now, skip_recent);
     claimable(probe, owner, now, lock_timeout, after);
-    probe.sql(" LIMIT 1");
-    if (probe.query(conn).empty()) {
+    oldest_first(probe, 1);
+    const bool found = !probe.query(conn).empty();
+    if (conn.in_transaction()) {
+      conn.commit();  // the read began one (a session with autocommit off): this claim's to end
+    }
+    if (!found) {
       return {};
     }
   }
@@ -336,7 +351,14 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
     }
     return events;
   });
-  last_claim_empty_.store(claimed.empty());
+  {
+    std::lock_guard lock(mutex_);
+    if (!claimed.empty()) {
+      idle_owners_.erase(owner_name);
+    } else if (idle_owners_.size() < kMaxIdleOwners) {
+      idle_owners_.insert(owner_name);
+    }
+  }
   return claimed;
 }
 

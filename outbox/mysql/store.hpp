@@ -2,8 +2,9 @@
 // The MariaDB/MySQL OutboxStore, schema and purgers: DATETIME(6) in UTC, JSON, TINYINT, and
 // indexed generated columns standing in for the partial indexes these engines lack.
 
-#include <atomic>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include "outbox/sql/sql_store.hpp"
 
@@ -40,7 +41,8 @@ const sql::Dialect& dialect();
 /// OutboxStore for MariaDB 10.6+ / MySQL 8. Claims run SELECT … FOR UPDATE SKIP LOCKED and an
 /// UPDATE in one short transaction (joining the caller's if one is open). JSON payloads are kept as
 /// written. Multi-row inserts stay under half the session's max_allowed_packet. Thread-safe (its
-/// one state, whether the last claim found nothing, only decides whether the next reads first).
+/// one state, the owners whose last claim found nothing, only decides whether a claim reads
+/// first).
 class MySqlOutboxStore final : public sql::SqlOutboxStore {
  public:
   /// Throws std::invalid_argument on a bad table name.
@@ -58,7 +60,8 @@ class MySqlOutboxStore final : public sql::SqlOutboxStore {
   std::size_t insert_byte_budget(sql::Connection& conn) override;
 
  private:
-  std::atomic<bool> last_claim_empty_{false};
+  std::mutex mutex_;                             // guards idle_owners_
+  std::unordered_set<std::string> idle_owners_;  // whose last claim found nothing
 };
 
 /// SqlEventPurger for MariaDB/MySQL (status-based: DONE and DEAD rows past their retention).

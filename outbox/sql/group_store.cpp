@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <iterator>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 #include <unordered_map>
@@ -334,9 +335,19 @@ std::vector<GroupScanRow> SqlGroupStore::front(Connection& conn, const std::vect
   return scan_rows(s, conn, ArmOrder::BySeq);
 }
 
-std::vector<GroupScanRow> SqlGroupStore::runs(
-    Connection& conn, const std::vector<std::pair<int, std::string>>& groups, int per_group,
-    Timestamp now) {
+std::vector<GroupScanRow> SqlGroupStore::runs(Connection& conn,
+                                              const std::vector<std::pair<int, std::string>>& asked,
+                                              int per_group, Timestamp now) {
+  // Each group once, where it was first asked for: asked twice, its rows came back twice.
+  std::vector<std::pair<int, std::string>> groups;
+  {
+    std::set<std::pair<int, std::string_view>> seen;
+    for (const auto& g : asked) {
+      if (seen.emplace(g.first, g.second).second) {
+        groups.push_back(g);
+      }
+    }
+  }
   // In statements of at most 128 arms (SQLite allows 500 in a compound SELECT), each padded to a
   // power of two up to 8 arms and to a multiple of 8 above (the last group read again, its rows
   // dropped below): the texts then repeat and are prepared once per size (19 sizes). Padded to

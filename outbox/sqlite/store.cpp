@@ -340,7 +340,7 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
     probe.sql("SELECT 1 FROM " + table());
     where_due(probe, now, skip_recent);
     claimable(probe, owner, now, lock_timeout, after);
-    probe.sql(" LIMIT 1");
+    oldest_first(probe, 1);  // the row the claim would take first, by the claim's index
     if (probe.query(conn).empty()) {
       return {};
     }
