@@ -486,32 +486,6 @@ void OutboxDispatcher::worker_loop() {
   }
 }
 
-void OutboxDispatcher::end_group(const std::string& group, bool go_on) {
-  {
-    std::lock_guard lock(queue_mutex_);
-    auto dropped = queue_->end_group(group, !go_on);
-    for (const auto& e : dropped) {
-      forget(e.envelope.event_id());
-    }
-    if (!go_on) {
-      // A scan that read the rows behind the failed head before it failed must not queue them:
-      // they wait in the table until the head is done.
-      ledger_->invalidate_group(group);
-    }
-    if (queue_->empty()) {
-      drained_.notify_all();
-    }
-  }
-  work_ready_.notify_one();  // one more take is possible: the group again, or another group
-  notify_group_freed();
-}
-
-void OutboxDispatcher::notify_group_freed() {
-  if (options_.group_ended && group_freed_.exchange(false)) {
-    options_.group_ended();
-  }
-}
-
 void OutboxDispatcher::forget(const std::string& event_id) {
   ledger_->finish(event_id);
   const auto it = grouped_.find(event_id);
@@ -526,42 +500,6 @@ void OutboxDispatcher::forget(const std::string& event_id) {
     }
     grouped_.erase(it);
   }
-}
-
-bool OutboxDispatcher::group_busy(const std::string& group) const {
-  std::lock_guard lock(queue_mutex_);
-  return group_load_.contains(group);
-}
-
-std::size_t OutboxDispatcher::grouped_held() const {
-  std::lock_guard lock(queue_mutex_);
-  return grouped_.size();
-}
-
-std::size_t OutboxDispatcher::partition_load(int partition) const {
-  std::lock_guard lock(queue_mutex_);
-  const auto it = partition_load_.find(partition);
-  return it == partition_load_.end() ? 0 : it->second;
-}
-
-void OutboxDispatcher::drop_partition(int partition) {
-  std::lock_guard lock(queue_mutex_);
-  for (const auto& e : queue_->drop_partition(partition)) {
-    forget(e.envelope.event_id());
-  }
-  if (queue_->empty()) {
-    drained_.notify_all();
-  }
-}
-
-std::size_t OutboxDispatcher::active_groups() const {
-  std::lock_guard lock(queue_mutex_);
-  return queue_->active_groups();
-}
-
-std::size_t OutboxDispatcher::max_active_groups_seen() const {
-  std::lock_guard lock(queue_mutex_);
-  return max_active_groups_;
 }
 
 bool OutboxDispatcher::run_before(const EventEnvelope& event, DeliveryResult& failure) {
@@ -625,99 +563,6 @@ bool OutboxDispatcher::process(QueuedEvent& queued) {
     }
     return complete(queued, result);
   }
-}
-
-bool OutboxDispatcher::complete(QueuedEvent& queued, const DeliveryResult& result) {
-  const EventEnvelope& event = queued.envelope;
-  for (auto it = options_.interceptors.rbegin(); it != options_.interceptors.rend(); ++it) {
-    try {
-      (*it)->after_dispatch(event, result);
-    } catch (const std::exception& e) {
-      log(LogLevel::Warning, std::string("after_dispatch threw: ") + e.what());
-    } catch (...) {
-      log(LogLevel::Warning, "after_dispatch threw a non-standard exception");
-    }
-  }
-  // Decide the outcome first, then write it once: a failed status write is logged and counted,
-  // never turned into a listener retry (the row stays pending and the poller brings it back).
-  const auto change = internal::decide_status(result, queued.attempts, options_.max_attempts,
-                                              *options_.retry_policy);
-  using Outcome = internal::StatusChange::Outcome;
-  // Metrics are counted after the event is released, so an observer that sees a count can
-  // queue the same event again.
-  if (change.outcome == Outcome::Done && !options_.ordered) {
-    flusher_->add(event.event_id());  // counted as a success once its DONE mark is written
-    return true;
-  }
-  if (grouped(queued)) {
-    return complete_grouped_failure(queued, change);
-  }
-  const bool written = status_writer_->write(event.event_id(), change);
-  if (!written && options_.ordered) {
-    drop_queued(event.event_id());
-  } else {
-    finish(event.event_id());
-  }
-  switch (change.outcome) {
-    case Outcome::Done:
-      if (written) {
-        options_.metrics->increment_dispatch_success();
-      }
-      break;
-    case Outcome::Retry:
-    case Outcome::Deferred:
-      options_.metrics->increment_dispatch_failure();
-      log(LogLevel::Warning, "event " + event.event_id() + " (" + event.event_type() +
-                                 ") failed, will retry: " + change.message);
-      break;
-    case Outcome::Dead:
-      options_.metrics->increment_dispatch_dead();
-      log(LogLevel::Error,
-          "event " + event.event_id() + " (" + event.event_type() + ") is DEAD: " + change.message);
-      break;
-  }
-  return change.outcome == Outcome::Done && written;
-}
-
-void OutboxDispatcher::write_done_marks(sql::Connection& conn) {
-  if (flusher_) {
-    flusher_->write_waiting(conn);
-  }
-}
-
-void OutboxDispatcher::expect_done_writer(bool at_once) {
-  if (flusher_) {
-    flusher_->expect_writer(at_once);
-  }
-}
-
-void OutboxDispatcher::on_done_batch(const std::vector<std::string>& ids, bool written) {
-  // On SQLite the poller runs this between its DONE marks and its claim, on the drain's critical
-  // path: a lock hold per id (against the workers) took 290–360 ms of its 2.4 s for 200,000
-  // events, chunks 210–230 ms. Chunks, not one hold: the workers wait for the queue meanwhile.
-  constexpr std::size_t kChunk = 64;
-  std::size_t forgotten = 0;
-  // Written marks are counted even when an in-flight tracker throws partway, as they were when
-  // each id took the lock alone.
-  const auto count = [&] {
-    for (std::size_t i = 0; written && i < forgotten; ++i) {
-      options_.metrics->increment_dispatch_success();
-    }
-  };
-  try {
-    for (std::size_t i = 0; i < ids.size(); i += kChunk) {
-      std::lock_guard lock(queue_mutex_);
-      for (std::size_t j = i; j < std::min(ids.size(), i + kChunk); ++j) {
-        forget(ids[j]);
-        ++forgotten;
-      }
-    }
-  } catch (...) {
-    count();
-    throw;
-  }
-  count();
-  notify_group_freed();  // a group whose last DONE mark this was may be claimed again
 }
 
 void OutboxDispatcher::drop_queued(const std::string& head_id) {

@@ -1,12 +1,15 @@
 // A message group's events against their partition's lease: whether one may still go out, and
-// its failure written under that lease.
+// its failure written under that lease; and the dispatcher's count of the groups it holds.
 #include <algorithm>
 #include <exception>
+#include <mutex>
 #include <string>
 
 #include "outbox/dispatcher.hpp"
 #include "outbox/errors.hpp"
 #include "outbox/groups.hpp"
+#include "outbox/internal/delivery_ledger.hpp"
+#include "outbox/internal/dispatch_queue.hpp"
 #include "outbox/internal/outcome_policy.hpp"
 #include "outbox/log.hpp"
 #include "outbox/metrics.hpp"
@@ -135,6 +138,68 @@ bool OutboxDispatcher::complete_grouped_failure(const QueuedEvent& queued,
     options_.metrics->increment_dispatch_dead();
   }
   return written && policy == GroupFailurePolicy::Skip;
+}
+
+void OutboxDispatcher::end_group(const std::string& group, bool go_on) {
+  {
+    std::lock_guard lock(queue_mutex_);
+    auto dropped = queue_->end_group(group, !go_on);
+    for (const auto& e : dropped) {
+      forget(e.envelope.event_id());
+    }
+    if (!go_on) {
+      // A scan that read the rows behind the failed head before it failed must not queue them:
+      // they wait in the table until the head is done.
+      ledger_->invalidate_group(group);
+    }
+    if (queue_->empty()) {
+      drained_.notify_all();
+    }
+  }
+  work_ready_.notify_one();  // one more take is possible: the group again, or another group
+  notify_group_freed();
+}
+
+void OutboxDispatcher::notify_group_freed() {
+  if (options_.group_ended && group_freed_.exchange(false)) {
+    options_.group_ended();
+  }
+}
+
+bool OutboxDispatcher::group_busy(const std::string& group) const {
+  std::lock_guard lock(queue_mutex_);
+  return group_load_.contains(group);
+}
+
+std::size_t OutboxDispatcher::grouped_held() const {
+  std::lock_guard lock(queue_mutex_);
+  return grouped_.size();
+}
+
+std::size_t OutboxDispatcher::partition_load(int partition) const {
+  std::lock_guard lock(queue_mutex_);
+  const auto it = partition_load_.find(partition);
+  return it == partition_load_.end() ? 0 : it->second;
+}
+
+void OutboxDispatcher::drop_partition(int partition) {
+  std::lock_guard lock(queue_mutex_);
+  for (const auto& e : queue_->drop_partition(partition)) {
+    forget(e.envelope.event_id());
+  }
+  if (queue_->empty()) {
+    drained_.notify_all();
+  }
+}
+
+std::size_t OutboxDispatcher::active_groups() const {
+  std::lock_guard lock(queue_mutex_);
+  return queue_->active_groups();
+}
+
+std::size_t OutboxDispatcher::max_active_groups_seen() const {
+  std::lock_guard lock(queue_mutex_);
+  return max_active_groups_;
 }
 
 }  // namespace outbox
