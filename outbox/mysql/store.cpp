@@ -303,14 +303,8 @@ std::vector<OutboxEvent> MySqlOutboxStore::claim_pending(sql::Connection& conn,
     // After a claim of this owner that found nothing, a read first: the claims of a relay
     // draining only message groups (whose rows are not claimed here) then cost one statement
     // each, not a transaction of three round trips. A drain of ungrouped rows does not pay for
-    // the read, nor do other nodes sharing this store for one that finds nothing. It asks for
-    // the row the claim would take first, by the claim's own index.
-    auto probe = statement();
-    probe.sql("SELECT 1 FROM " + table());
-    where_due(probe, now, skip_recent);
-    claimable(probe, owner, now, lock_timeout, after);
-    oldest_first(probe, 1);
-    const bool found = !probe.query(conn).empty();
+    // the read, nor do other nodes sharing this store for one that finds nothing.
+    const bool found = claim_would_take(conn, owner, now, lock_timeout, skip_recent, after);
     if (conn.in_transaction()) {
       conn.commit();  // the read began one (a session with autocommit off): this claim's to end
     }

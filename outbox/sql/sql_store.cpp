@@ -438,6 +438,18 @@ void SqlOutboxStore::oldest_first(Statement& s, int limit) const {
   s.sql(" ORDER BY " + dialect_.pending_column() + ", event_id LIMIT ").param(std::int64_t{limit});
 }
 
+bool SqlOutboxStore::claim_would_take(Connection& conn, std::string_view owner, Timestamp now,
+                                      std::chrono::milliseconds lock_timeout,
+                                      std::chrono::microseconds skip_recent,
+                                      const PendingKey* after) const {
+  Statement s = statement();
+  s.sql("SELECT 1 FROM " + options_.table);
+  where_due(s, now, skip_recent);
+  claimable(s, owner, now, lock_timeout, after);
+  oldest_first(s, 1);
+  return !s.query(conn).empty();
+}
+
 std::vector<OutboxEvent> SqlOutboxStore::poll_pending(Connection& conn, Timestamp now,
                                                       std::chrono::microseconds skip_recent,
                                                       int limit, const PendingKey* after) {

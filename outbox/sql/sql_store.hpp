@@ -111,6 +111,11 @@ class SqlOutboxStore : public OutboxStore {
   void after_key(Statement& s, const PendingKey* after) const;
   /// Appends " ORDER BY <pending order> LIMIT <limit>".
   void oldest_first(Statement& s, int limit) const;
+  /// Whether a claim with these arguments would take a row: a read of the row it would take
+  /// first, by the claim's index (an engine's claim then need not lock or write for nothing).
+  bool claim_would_take(Connection& conn, std::string_view owner, Timestamp now,
+                        std::chrono::milliseconds lock_timeout,
+                        std::chrono::microseconds skip_recent, const PendingKey* after) const;
   /// The columns event_row maps, optionally without payloads.
   const std::string& columns(bool with_payloads = true) const {
     return with_payloads ? columns_ : columns_without_payload_;

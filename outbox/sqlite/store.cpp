@@ -336,12 +336,7 @@ std::vector<OutboxEvent> SqliteOutboxStore::claim_pending(sql::Connection& conn,
     // empty claim (grouped rows are not claimed here, docs/groups.md). Not in a caller's
     // transaction: a deferred one that reads first may then be refused the write (its snapshot
     // is stale once another connection commits).
-    auto probe = statement();
-    probe.sql("SELECT 1 FROM " + table());
-    where_due(probe, now, skip_recent);
-    claimable(probe, owner, now, lock_timeout, after);
-    oldest_first(probe, 1);  // the row the claim would take first, by the claim's index
-    if (probe.query(conn).empty()) {
+    if (!claim_would_take(conn, owner, now, lock_timeout, skip_recent, after)) {
       return {};
     }
   }
