@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "outbox/errors.hpp"
@@ -586,6 +587,43 @@ TEST_P(GroupContract, AClaimReturnsOnlyRowsOfPartitionsWhoseLeaseIsLiveNow) {
                 " SET epoch = epoch + 1 WHERE name = '" + pa.name + "'");
   const auto rows = groups_->claim(*conn, {pa, pb}, {"a1", "b1"});
   EXPECT_EQ(ids_of(rows), std::vector<std::string>{"b1"});
+}
+
+// A claim's fence and its list of ids are padded to a few lengths by repeating their last lease
+// and id (the statement's text then repeats): rows come back once each, in the order asked, and
+// only while their partition's lease is live, the repeated one's too.
+TEST_P(GroupContract, AClaimPaddedToAFewLengthsReturnsEachAskedRowOnceUnderItsLease) {
+  std::vector<std::string> keys;
+  std::set<int> partitions;
+  for (int i = 0; keys.size() < 3; ++i) {
+    const std::string k = "k" + std::to_string(i);
+    if (partitions.insert(message_group_partition(k)).second) {
+      keys.push_back(k);
+    }
+  }
+  std::vector<EventEnvelope> events;
+  for (int i = 0; i < 3; ++i) {
+    for (const auto& k : keys) {
+      events.push_back(grouped(k + "-" + std::to_string(i), k));
+    }
+  }
+  write(events);
+  std::vector<LeaseToken> leases;  // three: the last is repeated to make four
+  for (const auto& k : keys) {
+    leases.push_back(take(partition_lease_name(message_group_partition(k))));
+  }
+  const std::vector<std::string> asked = {keys[0] + "-0", keys[2] + "-0", keys[0] + "-1",
+                                          keys[2] + "-1", keys[0] + "-2"};
+  auto conn = pool_->acquire();
+  EXPECT_EQ(ids_of(groups_->claim(*conn, leases, asked)), asked);
+  // The last asked first: the padding repeats it, and it still comes back once, where asked.
+  const std::vector<std::string> reordered = {asked[4], asked[0], asked[1], asked[2], asked[3]};
+  EXPECT_EQ(ids_of(groups_->claim(*conn, leases, reordered)), reordered);
+  // The repeated lease goes to another holder: its partition's rows no longer come back.
+  conn->execute("UPDATE " + sql::lease_table_name(table_) +
+                " SET epoch = epoch + 1 WHERE name = '" + leases[2].name + "'");
+  EXPECT_EQ(ids_of(groups_->claim(*conn, leases, asked)),
+            (std::vector<std::string>{asked[0], asked[2], asked[4]}));
 }
 
 TEST_P(GroupContract, DeadEventsAreListedInTheOrderTheyWereWritten) {

@@ -278,6 +278,23 @@ TEST_P(StoreContract, MarkDoneBatch) {
   EXPECT_EQ(store().mark_done_batch(conn(), {}, t0), 0);
 }
 
+// The id lists of IN (…) are padded to a few lengths by repeating their last id: whatever the
+// size, exactly the ids given are marked, never the next one.
+TEST_P(StoreContract, MarkDoneBatchOfAnySizeMarksTheIdsGivenOnly) {
+  for (const int size : {1, 3, 5, 63, 65, 130, 501}) {
+    std::vector<std::string> ids;
+    for (int i = 0; i <= size; ++i) {
+      ids.push_back("s" + std::to_string(size) + "-" + std::to_string(i));
+      insert(ids.back(), t0);
+    }
+    const std::string next = ids.back();
+    ids.pop_back();
+    EXPECT_EQ(store().mark_done_batch(conn(), ids, t0 + 1s), size) << size;
+    EXPECT_EQ(store().find(conn(), ids.back())->status, EventStatus::Done) << size;
+    EXPECT_EQ(store().find(conn(), next)->status, EventStatus::New) << size;
+  }
+}
+
 TEST_P(StoreContract, StatusReportOldestPendingAndDeadByType) {
   EXPECT_EQ(store().oldest_pending(conn()), std::nullopt);
   EXPECT_TRUE(store().count_dead_by_type(conn()).empty());

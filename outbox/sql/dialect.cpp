@@ -1,5 +1,8 @@
 #include "outbox/sql/dialect.hpp"
 
+#include <algorithm>
+#include <bit>
+
 #include "outbox/sql/connection.hpp"
 #include "outbox/store.hpp"
 
@@ -103,11 +106,15 @@ Statement& Statement::ids_in(std::string_view column, const std::vector<std::str
     return *this;
   }
   sql_ += " IN (";
-  for (std::size_t k = 0; k < n; ++k) {
+  // Padded to a power of two up to 64 and to a multiple of 64 above, the last id repeated (an IN
+  // list is a set): the texts then repeat, so statements stay prepared. A text per list length
+  // had every grouped claim on SQLite prepare a statement of several kilobytes again.
+  const std::size_t padded = n == 0 ? 0 : n <= 64 ? std::bit_ceil(n) : (n + 63) / 64 * 64;
+  for (std::size_t k = 0; k < padded; ++k) {
     if (k > 0) {
       sql_ += ',';
     }
-    param(TextRef{ids[from + k]});
+    param(TextRef{ids[from + std::min(k, n - 1)]});
   }
   sql_ += ')';
   return *this;

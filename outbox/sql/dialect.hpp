@@ -128,7 +128,8 @@ class Statement {
   Statement& now(Timestamp now);
   /// Appends an interval of `micros` microseconds.
   Statement& micros(std::int64_t micros);
-  /// Appends the condition " <column> IN (…)" (or "= ANY(…)") for ids[from, from + n).
+  /// Appends the condition " <column> IN (…)" (or "= ANY(…)") for ids[from, from + n); an IN
+  /// list is padded to one of a few lengths by repeating ids[from + n - 1], so its texts repeat.
   Statement& ids_in(std::string_view column, const std::vector<std::string>& ids, std::size_t from,
                     std::size_t n);
   /// Appends " AND locked_by = <owner>" unless `owner` is empty (no claim locking).

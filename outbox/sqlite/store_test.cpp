@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
+
 #include "outbox/errors.hpp"
 #include "outbox/sqlite/driver.hpp"
+#include "outbox/sqlite/internal/wal_checkpointer.hpp"
 #include "tests/support/test_support.hpp"
 
 namespace {
@@ -79,6 +82,57 @@ TEST(SqliteStore, AClaimWithNothingToClaimDoesNotTakeTheWriteLock) {
   EXPECT_THROW(claim(), outbox::StoreError);  // a row to claim: the claim needs the lock
   other->execute("ROLLBACK");
   EXPECT_EQ(claim().size(), 1U);
+}
+
+// A list padded to its length repeats its own last id, not the ones after its range (a chunk's
+// padding reaching into the next chunk would mark rows twice).
+TEST(SqliteStore, AnIdListHoldsTheIdsOfItsRangeOnly) {
+  outbox::testing::TempDir dir;
+  auto conn = outbox::sqlite::open(dir.file("s.db"));
+  conn->execute("CREATE TABLE x (id TEXT)");
+  conn->execute("INSERT INTO x VALUES ('a'), ('b'), ('c'), ('d'), ('e')");
+  const std::vector<std::string> ids = {"a", "b", "c", "d", "e"};  // the statement refers to them
+  outbox::sql::Statement s(outbox::sqlite::dialect(), false);
+  s.sql("SELECT COUNT(*), MIN(id), MAX(id) FROM x WHERE").ids_in("id", ids, 1, 3);
+  const auto rows = s.query(*conn);
+  EXPECT_EQ(rows[0].get_int(0), 3);
+  EXPECT_EQ(rows[0].get_text(1), "b");
+  EXPECT_EQ(rows[0].get_text(2), "d");
+}
+
+// Statements are kept prepared per text: lists of ids must not make a text per length (a grouped
+// claim of several kilobytes was prepared again nearly every cycle).
+TEST(SqliteStore, DoneMarksOfNearbySizesShareOnePreparedStatement) {
+  outbox::testing::TempDir dir;
+  auto conn = outbox::sqlite::open(dir.file("s.db"));
+  outbox::sqlite::create_schema(*conn);
+  outbox::sqlite::SqliteOutboxStore store({.table = "outbox_event"});
+  std::vector<std::string> ids;
+  for (int i = 0; i < 400; ++i) {
+    ids.push_back("e" + std::to_string(i));
+    store.insert_new(*conn, outbox::EventEnvelope::builder(outbox::EventType::of("T"))
+                                .event_id(ids.back())
+                                .payload_json("{}")
+                                .build());
+  }
+  const auto marks_prepared = [&] {
+    int n = 0;
+    sqlite3* db = outbox::sqlite::internal::handle_of(*conn);
+    for (sqlite3_stmt* s = sqlite3_next_stmt(db, nullptr); s != nullptr;
+         s = sqlite3_next_stmt(db, s)) {
+      n += std::string_view(sqlite3_sql(s)).starts_with("UPDATE outbox_event SET status = 1");
+    }
+    return n;
+  };
+  const auto now = outbox::Clock::system()->now();
+  std::size_t at = 0;
+  for (const std::size_t n : {65, 70, 100, 128}) {  // one length padded: 128
+    EXPECT_EQ(store.mark_done_batch(*conn, {ids.begin() + at, ids.begin() + at + n}, now),
+              static_cast<int>(n));
+    at += n;
+  }
+  EXPECT_EQ(marks_prepared(), 1);
+  EXPECT_EQ(store.count_by_status(*conn)[1], static_cast<std::int64_t>(at));
 }
 
 }  // namespace
