@@ -62,7 +62,9 @@ class RelayE2E : public testing::RelayDatabaseTest {
     }
     testing::CommandResult migrated;
     table_ = migrate_table("relay", "outbox_event", &migrated);
-    ASSERT_NE(migrated.out.find("schema version 0 -> 9"), std::string::npos) << migrated.out;
+    ASSERT_NE(migrated.out.find("schema version 0 -> " + std::to_string(kSchemaVersion)),
+              std::string::npos)
+        << migrated.out;
     pool_ = open_pool(url_, 2);
     store_ = detect_store(*pool_->acquire(), table_);
   }
@@ -717,7 +719,8 @@ target = ")" + http.url("/hooks") +
 TEST_F(RelayE2ECli, StatusDeadReplayPurgeAndConfigErrors) {
   auto again = run_cli(dir, "migrate --db " + url);
   EXPECT_EQ(again.exit_code, 0);
-  EXPECT_NE(again.out.find("already at schema version 9"), std::string::npos);
+  EXPECT_NE(again.out.find("already at schema version " + std::to_string(kSchemaVersion)),
+            std::string::npos);
 
   std::vector<EventEnvelope> events;
   for (int i = 0; i < 4; ++i) {

@@ -132,6 +132,9 @@ class Statement {
   /// list is padded to one of a few lengths by repeating ids[from + n - 1], so its texts repeat.
   Statement& ids_in(std::string_view column, const std::vector<std::string>& ids, std::size_t from,
                     std::size_t n);
+  /// The ids are bound by reference until the statement runs: a temporary list would dangle.
+  Statement& ids_in(std::string_view column, std::vector<std::string>&& ids, std::size_t from,
+                    std::size_t n) = delete;
   /// Appends " AND locked_by = <owner>" unless `owner` is empty (no claim locking).
   Statement& owned_by(std::string_view owner);
 
