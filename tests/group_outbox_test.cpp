@@ -285,11 +285,12 @@ TEST_P(GroupOutbox, OlderGroupsThatKeepFailingDoNotStarveTheGroupsWrittenAfterTh
   ASSERT_TRUE(done) << ledger_.complete_groups(5) << " of 10 new groups complete, "
                     << failures.load() << " failures";
   // In cycles, not seconds, and loose: the cursors' places when the new groups arrive spread it
-  // (SQLite 40–127, PostgreSQL and MariaDB 47–86). SQLite's fronts, full of the failing groups'
-  // due heads, passed for fronts that move, and the new groups waited for the claims that read
-  // every partition in key order: 73–284 cycles, and none came within 30 s under
-  // ThreadSanitizer.
-  EXPECT_LT(taken, 200U);
+  // (SQLite 40–212 under the suite's load, PostgreSQL and MariaDB 47–86). A gross bound only:
+  // SQLite's fronts, full of the failing groups' due heads, once passed for fronts that move,
+  // and the new groups waited 73–309 cycles for the claims that read every partition; that is
+  // caught every time by
+  // GroupFronts.AClaimThatReadsAFrontOfHeadsThatKeepFailingReadsThePartitionBehindIt.
+  EXPECT_LT(taken, 400U);
   EXPECT_EQ(ledger_.violations(), std::vector<std::string>{});
   a.outbox->close();  // before `failures` goes
 }
