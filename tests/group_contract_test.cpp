@@ -48,6 +48,28 @@ std::vector<std::string> keys_of_partition(const std::string& prefix, int partit
   return keys;
 }
 
+// The columns of `table`'s front index (SQLite), in key order.
+std::vector<std::string> front_index_key(sql::Connection& conn, const std::string& table) {
+  std::vector<std::string> key;
+  for (const auto& r : conn.query("SELECT i.name FROM sqlite_master m, pragma_index_info(m.name) i "
+                                  "WHERE m.type = 'index' AND m.name = '" +
+                                  table + "_groups_front' ORDER BY i.seqno")) {
+    key.push_back(r.get_text(0));
+  }
+  return key;
+}
+
+// SQLite's plan of a front read of one partition of `table`, a step a line.
+std::string front_plan(sql::Connection& conn, const std::string& table) {
+  std::string plan;
+  for (const auto& r : conn.query("EXPLAIN QUERY PLAN SELECT event_id FROM " + table +
+                                  " WHERE status IN (0, 2) AND message_group IS NOT NULL AND "
+                                  "partition_no = 3 ORDER BY stream_seq LIMIT 16")) {
+    plan += r.get_text(3) + "\n";
+  }
+  return plan;
+}
+
 std::vector<std::string> ids_of(const std::vector<OutboxEvent>& rows) {
   std::vector<std::string> out;
   for (const auto& r : rows) {
@@ -687,9 +709,9 @@ TEST_P(GroupContract, FrontsAreReadOnlyWhereTheirIndexIs) {
   EXPECT_TRUE(detect_group_store(*conn, table_)->has_fronts());
 }
 
-// Version 10 narrows SQLite's front index to the partition (its entries end with the rowid,
-// which is insert order): a table of version 9 gets it from the migration, and fronts read
-// through it in insert order without sorting.
+// Version 10 narrows SQLite's front index to the partition and stream_seq: a table of version 9
+// gets it from the migration (its index found whatever the case it was written in), and fronts
+// read through it in insert order without sorting.
 TEST_P(GroupContract, TheMigrationNarrowsTheFrontIndexAndFrontsStayInInsertOrder) {
   if (!engine_is("sqlite")) {
     EXPECT_FALSE(groups_->has_fronts());  // the other engines read no front index
@@ -699,7 +721,7 @@ TEST_P(GroupContract, TheMigrationNarrowsTheFrontIndexAndFrontsStayInInsertOrder
   migrate(*conn, table_);
   conn->execute("DROP INDEX " + table_ + "_groups_front");
   conn->execute("CREATE INDEX " + table_ + "_groups_front ON " + table_ +
-                " (partition_no, stream_seq, message_group, available_at, event_id) WHERE status "
+                " (PARTITION_NO, Stream_Seq, message_group, AVAILABLE_AT, event_id) WHERE status "
                 "IN (0, 2) AND message_group IS NOT NULL");
   conn->execute("UPDATE outbox_schema_version SET version = 9 WHERE table_name = '" + table_ + "'");
   // Keys of one partition, written interleaved, the last key first: the front is their rows in
@@ -715,16 +737,9 @@ TEST_P(GroupContract, TheMigrationNarrowsTheFrontIndexAndFrontsStayInInsertOrder
   }
   write(events);
   EXPECT_EQ(migrate(*conn, table_).from, 9);
-  const auto def =
-      conn->query("SELECT sql FROM sqlite_master WHERE name = '" + table_ + "_groups_front'");
-  ASSERT_EQ(def.size(), 1U);
-  EXPECT_EQ(def[0].get_text(0).find("stream_seq"), std::string::npos) << def[0].get_text(0);
-  std::string plan;
-  for (const auto& r : conn->query("EXPLAIN QUERY PLAN SELECT event_id FROM " + table_ +
-                                   " WHERE status IN (0, 2) AND message_group IS NOT NULL AND "
-                                   "partition_no = 3 ORDER BY stream_seq LIMIT 16")) {
-    plan += r.get_text(3) + "\n";
-  }
+  EXPECT_EQ(front_index_key(*conn, table_),
+            (std::vector<std::string>{"partition_no", "stream_seq"}));
+  const auto plan = front_plan(*conn, table_);
   EXPECT_NE(plan.find(table_ + "_groups_front"), std::string::npos) << plan;
   EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
   std::vector<std::string> front;
@@ -732,6 +747,55 @@ TEST_P(GroupContract, TheMigrationNarrowsTheFrontIndexAndFrontsStayInInsertOrder
     front.push_back(r.event_id);
   }
   EXPECT_EQ(front, written);
+}
+
+// The migration replaces only version 9's own front index: an index of that name on another
+// table stays (and fronts are then not read: claims go in key order). On a table whose
+// stream_seq is not the rowid (one an application made), fronts still read without a sort.
+TEST_P(GroupContract, OnlyTheTablesOwnFrontIndexIsReplacedAndFrontsNeverSort) {
+  if (!engine_is("sqlite")) {
+    EXPECT_FALSE(groups_->has_fronts());
+    return;
+  }
+  auto conn = pool_->acquire();
+  migrate(*conn, table_);
+  const std::string other = table_ + "_other";
+  conn->execute("CREATE TABLE " + other +
+                " (partition_no INTEGER, stream_seq INTEGER, message_group TEXT, available_at "
+                "INTEGER, event_id TEXT, status INTEGER)");
+  conn->execute("DROP INDEX " + table_ + "_groups_front");
+  conn->execute("CREATE INDEX " + table_ + "_groups_front ON " + other +
+                " (partition_no, stream_seq, message_group, available_at, event_id) WHERE status "
+                "IN (0, 2) AND message_group IS NOT NULL");
+  conn->execute("UPDATE outbox_schema_version SET version = 9 WHERE table_name = '" + table_ + "'");
+  EXPECT_EQ(migrate(*conn, table_).from, 9);
+  const auto owner =
+      conn->query("SELECT tbl_name FROM sqlite_master WHERE name = '" + table_ + "_groups_front'");
+  ASSERT_EQ(owner.size(), 1U);
+  EXPECT_EQ(owner[0].get_text(0), other);
+  EXPECT_FALSE(detect_group_store(*conn, table_)->has_fronts());
+  write({grouped("o1", "g"), grouped("o2", "g")});
+  const auto token = take(partition_lease_name(message_group_partition("g")));
+  EXPECT_EQ(claim({"o1", "o2"}, token), (std::vector<std::string>{"o1", "o2"}));
+  conn->execute("DROP TABLE " + other);
+
+  // The table as outbox made it, but stream_seq a plain column beside the rowid.
+  const std::string own = table_ + "_own";
+  auto def = conn->query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = '" +
+                         table_ + "'")[0]
+                 .get_text(0);
+  const std::string rowid = "stream_seq INTEGER PRIMARY KEY AUTOINCREMENT";
+  ASSERT_NE(def.find(rowid), std::string::npos) << def;
+  def.replace(def.find(rowid), rowid.size(), "stream_seq INTEGER");
+  ASSERT_NE(def.find(table_), std::string::npos) << def;
+  def.replace(def.find(table_), table_.size(), own);
+  conn->execute(def);
+  create_schema_for(*conn, own);
+  EXPECT_EQ(front_index_key(*conn, own), (std::vector<std::string>{"partition_no", "stream_seq"}));
+  const auto plan = front_plan(*conn, own);
+  EXPECT_NE(plan.find(own + "_groups_front"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
+  conn->execute("DROP TABLE " + own);
 }
 
 TEST_P(GroupContract, MigratingAgainChangesNothing) {

@@ -41,10 +41,11 @@ std::shared_ptr<GroupStore> detect_group_store(sql::Connection& conn, const std:
   // SQLite has no server clock: its statements use the caller's either way.
   auto store = std::make_shared<sql::SqlGroupStore>(engine.dialect(), table, true);
   // A table not migrated to version 9 has no index of fronts: read there, each front would sort
-  // its whole partition, so claims read in key order only until `outbox migrate`.
+  // its whole partition, so claims read in key order only until `outbox migrate`. An index of
+  // that name on another table is not the table's (index names are global in a database).
   if (store->has_fronts() &&
       conn.query("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = '" + table +
-                 "_groups_front' COLLATE NOCASE")
+                 "_groups_front' COLLATE NOCASE AND tbl_name = '" + table + "' COLLATE NOCASE")
           .empty()) {
     store->without_fronts();
   }

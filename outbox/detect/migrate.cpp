@@ -142,8 +142,8 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table,
     step(9, "grouped rows indexed in insert order");
     engine.create_group_schema(conn, table);
   }
-  // Version 10: that index on the partition alone (its entries end with the rowid: the same
-  // order, a fraction of the pages a DONE mark or an insert rewrites).
+  // Version 10: that index on the partition and stream_seq alone (the same order, a fraction of
+  // the pages a DONE mark or an insert rewrites).
   if (result.from < 10 && dialect.group_fronts()) {
     step(10, "the index of grouped rows in insert order narrowed");
     engine.create_group_schema(conn, table);
