@@ -29,9 +29,10 @@ class HookedGroupStore final : public GroupStore {
   std::function<void(const std::vector<OutboxEvent>&)> after_claim;
   // After hold() returned (before the failure it was taken for is written).
   std::function<void(sql::Connection&, std::string_view, bool)> after_hold;
-  // Before scan() reads its ranges; after front() read its rows (before after_read).
+  // Before scan() reads its ranges; after front() read its rows, with the rows it asked of each
+  // partition (before after_read).
   std::function<void(const std::vector<GroupScanRange>&)> before_scan;
-  std::function<void(const std::vector<GroupScanRow>&)> after_front;
+  std::function<void(const std::vector<GroupScanRow>&, int)> after_front;
 
   int assign_partitions(sql::Connection& c, const std::vector<LeaseToken>& leases,
                         int limit) override {
@@ -57,7 +58,7 @@ class HookedGroupStore final : public GroupStore {
                                   int rows_each, Timestamp now) override {
     auto rows = inner_->front(c, partitions, rows_each, now);
     if (after_front) {
-      after_front(rows);
+      after_front(rows, rows_each);
     }
     if (after_read) {
       after_read(c, rows);
