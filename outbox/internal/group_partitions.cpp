@@ -183,6 +183,7 @@ std::size_t GroupPartitions::held_bound() const {
 
 std::vector<std::pair<int, LeaseToken>> GroupPartitions::held_partitions() const {
   std::vector<std::pair<int, LeaseToken>> held;
+  held.reserve(partitions_.size());
   for (const auto& partition : partitions_) {
     if (auto token = options_.leases->token(partition->lease());
         token && partition->deliverable()) {

@@ -4,6 +4,7 @@
 #include <bit>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
 
 #include "outbox/envelope.hpp"
 #include "outbox/internal/event_row.hpp"
@@ -319,15 +320,26 @@ std::vector<OutboxEvent> SqlGroupStore::claim(Connection& conn,
   fences.resize(std::bit_ceil(fences.size()), last);
   fenced_by(s, fences, false);  // a read: no lock on the lease rows
   auto rows = internal::events_from_rows(s.query(conn));
-  // In the order asked for: group by group, each in insert order.
+  // In the order asked for: group by group, each in insert order. Each row's place looked up
+  // once (looked up in the comparison, the hashing was a sixth of the claim's time).
   std::unordered_map<std::string_view, std::size_t> place;
+  place.reserve(event_ids.size());
   for (std::size_t i = 0; i < event_ids.size(); ++i) {
     place.emplace(event_ids[i], i);
   }
-  std::sort(rows.begin(), rows.end(), [&](const OutboxEvent& a, const OutboxEvent& b) {
-    return place[a.event_id] < place[b.event_id];
-  });
-  return rows;
+  std::vector<std::pair<std::size_t, std::size_t>> order;  // (place asked, row)
+  order.reserve(rows.size());
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const auto it = place.find(rows[r].event_id);
+    order.emplace_back(it == place.end() ? event_ids.size() : it->second, r);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<OutboxEvent> out;
+  out.reserve(rows.size());
+  for (const auto& [asked, r] : order) {
+    out.push_back(std::move(rows[r]));
+  }
+  return out;
 }
 
 bool SqlGroupStore::hold(Connection& conn, std::string_view event_id,
