@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <set>
 #include <tuple>
 
 #include "outbox/errors.hpp"
 #include "outbox/lease_manager.hpp"
+#include "outbox/log.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/group_store.hpp"
 #include "tests/support/stream_fixture.hpp"
@@ -773,11 +775,36 @@ TEST_P(GroupContract, OnlyTheTablesOwnFrontIndexIsReplacedAndFrontsNeverSort) {
       conn->query("SELECT tbl_name FROM sqlite_master WHERE name = '" + table_ + "_groups_front'");
   ASSERT_EQ(owner.size(), 1U);
   EXPECT_EQ(owner[0].get_text(0), other);
-  EXPECT_FALSE(detect_group_store(*conn, table_)->has_fronts());
+  // Said to the operator, with the table that took the name.
+  const auto warnings_of = [&](bool fronts_expected) {
+    std::vector<std::string> warnings;
+    std::mutex mutex;  // the sink is called from any thread
+    set_log_sink([&](LogLevel level, std::string_view message) {
+      if (level == LogLevel::Warning) {
+        std::lock_guard lock(mutex);
+        warnings.emplace_back(message);
+      }
+    });
+    const bool fronts = detect_group_store(*conn, table_)->has_fronts();
+    set_log_sink({});
+    EXPECT_EQ(fronts, fronts_expected);
+    return warnings;
+  };
+  auto warnings = warnings_of(false);
+  ASSERT_EQ(warnings.size(), 1U);
+  EXPECT_NE(warnings[0].find("taken by table " + other), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("outbox migrate"), std::string::npos) << warnings[0];
   write({grouped("o1", "g"), grouped("o2", "g")});
   const auto token = take(partition_lease_name(message_group_partition("g")));
   EXPECT_EQ(claim({"o1", "o2"}, token), (std::vector<std::string>{"o1", "o2"}));
   conn->execute("DROP TABLE " + other);
+  warnings = warnings_of(false);  // no index of that name at all now
+  ASSERT_EQ(warnings.size(), 1U);
+  EXPECT_NE(warnings[0].find("no index " + table_ + "_groups_front"), std::string::npos)
+      << warnings[0];
+  conn->execute("CREATE INDEX " + table_ + "_groups_front ON " + table_ +
+                " (partition_no, stream_seq)");
+  EXPECT_TRUE(warnings_of(true).empty());
 
   // The table as outbox made it, but stream_seq a plain column beside the rowid.
   const std::string own = table_ + "_own";

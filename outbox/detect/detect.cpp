@@ -3,6 +3,8 @@
 #include <stdexcept>
 
 #include "outbox/errors.hpp"
+#include "outbox/internal/ascii.hpp"
+#include "outbox/log.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/group_store.hpp"
 #include "outbox/sql/lease_store.hpp"
@@ -43,11 +45,31 @@ std::shared_ptr<GroupStore> detect_group_store(sql::Connection& conn, const std:
   // A table not migrated to version 9 has no index of fronts: read there, each front would sort
   // its whole partition, so claims read in key order only until `outbox migrate`. An index of
   // that name on another table is not the table's (index names are global in a database).
-  if (store->has_fronts() &&
-      conn.query("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = '" + table +
-                 "_groups_front' COLLATE NOCASE AND tbl_name = '" + table + "' COLLATE NOCASE")
-          .empty()) {
+  if (!store->has_fronts()) {
+    return store;
+  }
+  const std::string front = table + "_groups_front";
+  const auto owners =
+      conn.query("SELECT tbl_name FROM sqlite_master WHERE type = 'index' AND name = '" + front +
+                 "' COLLATE NOCASE");
+  bool own = false;
+  for (const auto& row : owners) {
+    own = own || internal::iequals(row.get_text(0), table);
+  }
+  if (!own) {
     store->without_fronts();
+    // Claims still deliver in order, only slower on a backlog: said once, where an operator
+    // looks, with what to do.
+    log(LogLevel::Warning,
+        owners.empty()
+            ? "message groups on " + table + ": no index " + front +
+                  " (dropped, or a schema older than version 9): claims read each partition in key "
+                  "order; run "
+                  "`outbox migrate` to add it"
+            : "message groups on " + table + ": the index name " + front + " is taken by table " +
+                  owners[0].get_text(0) +
+                  ", so the table has no index of fronts and claims read each partition in key "
+                  "order; rename that index, then run `outbox migrate`");
   }
   return store;
 }
