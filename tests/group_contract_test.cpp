@@ -7,128 +7,25 @@
 
 #include <algorithm>
 #include <map>
-#include <mutex>
 #include <set>
 #include <tuple>
 
 #include "outbox/errors.hpp"
 #include "outbox/lease_manager.hpp"
-#include "outbox/log.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/group_store.hpp"
-#include "tests/support/stream_fixture.hpp"
+#include "tests/support/group_contract_fixture.hpp"
 
 namespace outbox {
 namespace {
 
 using namespace std::chrono_literals;
-using testing::StreamFixture;
+using testing::grouped;
+using testing::ids_of;
+using testing::keys_of_partition;
+using testing::plain;
 
-EventEnvelope grouped(const std::string& id, const std::string& group) {
-  return EventEnvelope::builder(EventType::of("Moved"))
-      .event_id(id)
-      .aggregate_type(AggregateType::of("Order"))
-      .aggregate_id(group)
-      .message_group(group)
-      .payload_json("{\"id\":\"" + id + "\"}")
-      .build();
-}
-
-EventEnvelope plain(const std::string& id) {
-  return EventEnvelope::builder(EventType::of("Moved")).event_id(id).payload_json("{}").build();
-}
-
-// The first `n` keys "<prefix><i>" whose partition is `partition`.
-std::vector<std::string> keys_of_partition(const std::string& prefix, int partition,
-                                           std::size_t n) {
-  std::vector<std::string> keys;
-  for (int i = 0; keys.size() < n; ++i) {
-    if (message_group_partition(prefix + std::to_string(i)) == partition) {
-      keys.push_back(prefix + std::to_string(i));
-    }
-  }
-  return keys;
-}
-
-// The columns of `table`'s front index (SQLite), in key order.
-std::vector<std::string> front_index_key(sql::Connection& conn, const std::string& table) {
-  std::vector<std::string> key;
-  for (const auto& r : conn.query("SELECT i.name FROM sqlite_master m, pragma_index_info(m.name) i "
-                                  "WHERE m.type = 'index' AND m.name = '" +
-                                  table + "_groups_front' ORDER BY i.seqno")) {
-    key.push_back(r.get_text(0));
-  }
-  return key;
-}
-
-// SQLite's plan of a front read of one partition of `table`, a step a line.
-std::string front_plan(sql::Connection& conn, const std::string& table) {
-  std::string plan;
-  for (const auto& r : conn.query("EXPLAIN QUERY PLAN SELECT event_id FROM " + table +
-                                  " WHERE status IN (0, 2) AND message_group IS NOT NULL AND "
-                                  "partition_no = 3 ORDER BY stream_seq LIMIT 16")) {
-    plan += r.get_text(3) + "\n";
-  }
-  return plan;
-}
-
-std::vector<std::string> ids_of(const std::vector<OutboxEvent>& rows) {
-  std::vector<std::string> out;
-  for (const auto& r : rows) {
-    out.push_back(r.event_id);
-  }
-  return out;
-}
-
-class GroupContract : public StreamFixture {
- protected:
-  void SetUp() override {
-    StreamFixture::SetUp();
-    if (pool_) {
-      auto conn = pool_->acquire();
-      groups_ = detect_group_store(*conn, table_);
-    }
-  }
-  void TearDown() override {
-    if (pool_ && GetParam().name != "sqlite") {
-      pool_->acquire()->execute("DROP TABLE IF EXISTS " + sql::group_block_table_name(table_));
-    }
-    StreamFixture::TearDown();
-  }
-  void write(const std::vector<EventEnvelope>& events) {
-    auto conn = pool_->acquire();
-    store_->insert_batch(*conn, events);
-  }
-  LeaseToken take(const std::string& name, const std::string& owner = "relay-a") {
-    auto conn = pool_->acquire();
-    auto token = leases_->acquire(*conn, name, owner, 30s);
-    EXPECT_TRUE(token.has_value());
-    return *token;
-  }
-  std::vector<std::string> scan_ids(int partition, const std::string& after = {}, int limit = 100) {
-    auto conn = pool_->acquire();
-    std::vector<std::string> out;
-    for (const auto& r :
-         groups_->scan(*conn, {{partition, after, limit}}, Clock::system()->now())) {
-      out.push_back(r.event_id);
-    }
-    return out;
-  }
-  // Reads the rows under `token`, then holds each for `owner`, as a relay does before it writes
-  // a failure: the ids held.
-  std::vector<std::string> claim(const std::vector<std::string>& ids, const LeaseToken& token,
-                                 const std::string& owner = "relay-a") {
-    auto conn = pool_->acquire();
-    std::vector<std::string> held;
-    for (const auto& id : ids_of(groups_->claim(*conn, {token}, ids))) {
-      if (groups_->hold(*conn, id, token, owner, Clock::system()->now())) {
-        held.push_back(id);
-      }
-    }
-    return held;
-  }
-  std::shared_ptr<GroupStore> groups_;
-};
+class GroupContract : public testing::GroupContractFixture {};
 
 TEST_P(GroupContract, TheGroupAndItsPartitionAreStoredAndReadBack) {
   write({grouped("g1", "order-123"), plain("p1")});
@@ -692,149 +589,6 @@ TEST_P(GroupContract, PartitionNumbersOtherClientsGotWrongAreCorrected) {
   EXPECT_EQ(groups_->repartition(*conn, "acct-7"), 1);
   EXPECT_EQ(scan_ids(right), (std::vector<std::string>{"r1", "r2", "r3"}));
   EXPECT_TRUE(scan_ids(wrong).empty());
-}
-
-// Fronts are read on SQLite only, and only from a table that has their index: one at schema
-// version 8 (index dropped, version row set back) is claimed in key order until migrated to 9.
-TEST_P(GroupContract, FrontsAreReadOnlyWhereTheirIndexIs) {
-  auto conn = pool_->acquire();
-  if (!engine_is("sqlite")) {
-    EXPECT_FALSE(groups_->has_fronts());
-    return;
-  }
-  EXPECT_TRUE(groups_->has_fronts());
-  migrate(*conn, table_);
-  conn->execute("DROP INDEX " + table_ + "_groups_front");
-  conn->execute("UPDATE outbox_schema_version SET version = 8 WHERE table_name = '" + table_ + "'");
-  EXPECT_FALSE(detect_group_store(*conn, table_)->has_fronts());
-  EXPECT_EQ(migrate(*conn, table_).from, 8);
-  EXPECT_TRUE(detect_group_store(*conn, table_)->has_fronts());
-}
-
-// Version 10 narrows SQLite's front index to the partition and stream_seq: a table of version 9
-// gets it from the migration (its index found whatever the case it was written in), and fronts
-// read through it in insert order without sorting.
-TEST_P(GroupContract, TheMigrationNarrowsTheFrontIndexAndFrontsStayInInsertOrder) {
-  if (!engine_is("sqlite")) {
-    EXPECT_FALSE(groups_->has_fronts());  // the other engines read no front index
-    return;
-  }
-  auto conn = pool_->acquire();
-  migrate(*conn, table_);
-  conn->execute("DROP INDEX " + table_ + "_groups_front");
-  conn->execute("CREATE INDEX " + table_ + "_groups_front ON " + table_ +
-                " (PARTITION_NO, Stream_Seq, message_group, AVAILABLE_AT, event_id) WHERE status "
-                "IN (0, 2) AND message_group IS NOT NULL");
-  conn->execute("UPDATE outbox_schema_version SET version = 9 WHERE table_name = '" + table_ + "'");
-  // Keys of one partition, written interleaved, the last key first: the front is their rows in
-  // write order.
-  const auto keys = keys_of_partition("f", 9, 3);
-  std::vector<EventEnvelope> events;
-  std::vector<std::string> written;
-  for (int i = 0; i < 2; ++i) {
-    for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
-      written.push_back(*it + "-" + std::to_string(i));
-      events.push_back(grouped(written.back(), *it));
-    }
-  }
-  write(events);
-  EXPECT_EQ(migrate(*conn, table_).from, 9);
-  EXPECT_EQ(front_index_key(*conn, table_),
-            (std::vector<std::string>{"partition_no", "stream_seq"}));
-  const auto plan = front_plan(*conn, table_);
-  EXPECT_NE(plan.find(table_ + "_groups_front"), std::string::npos) << plan;
-  EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
-  std::vector<std::string> front;
-  for (const auto& r : groups_->front(*conn, {9}, 16, Clock::system()->now())) {
-    front.push_back(r.event_id);
-  }
-  EXPECT_EQ(front, written);
-}
-
-// The migration replaces only version 9's own front index: an index of that name on another
-// table stays (and fronts are then not read: claims go in key order). On a table whose
-// stream_seq is not the rowid (one an application made), fronts still read without a sort.
-TEST_P(GroupContract, OnlyTheTablesOwnFrontIndexIsReplacedAndFrontsNeverSort) {
-  if (!engine_is("sqlite")) {
-    EXPECT_FALSE(groups_->has_fronts());
-    return;
-  }
-  auto conn = pool_->acquire();
-  migrate(*conn, table_);
-  const std::string other = table_ + "_other";
-  conn->execute("CREATE TABLE " + other +
-                " (partition_no INTEGER, stream_seq INTEGER, message_group TEXT, available_at "
-                "INTEGER, event_id TEXT, status INTEGER)");
-  conn->execute("DROP INDEX " + table_ + "_groups_front");
-  conn->execute("CREATE INDEX " + table_ + "_groups_front ON " + other +
-                " (partition_no, stream_seq, message_group, available_at, event_id) WHERE status "
-                "IN (0, 2) AND message_group IS NOT NULL");
-  conn->execute("UPDATE outbox_schema_version SET version = 9 WHERE table_name = '" + table_ + "'");
-  EXPECT_EQ(migrate(*conn, table_).from, 9);
-  const auto owner =
-      conn->query("SELECT tbl_name FROM sqlite_master WHERE name = '" + table_ + "_groups_front'");
-  ASSERT_EQ(owner.size(), 1U);
-  EXPECT_EQ(owner[0].get_text(0), other);
-  // Said to the operator, with the table that took the name.
-  const auto warnings_of = [&](bool fronts_expected) {
-    std::vector<std::string> warnings;
-    std::mutex mutex;  // the sink is called from any thread
-    set_log_sink([&](LogLevel level, std::string_view message) {
-      if (level == LogLevel::Warning) {
-        std::lock_guard lock(mutex);
-        warnings.emplace_back(message);
-      }
-    });
-    const bool fronts = detect_group_store(*conn, table_)->has_fronts();
-    set_log_sink({});
-    EXPECT_EQ(fronts, fronts_expected);
-    return warnings;
-  };
-  auto warnings = warnings_of(false);
-  ASSERT_EQ(warnings.size(), 1U);
-  EXPECT_NE(warnings[0].find("taken by table " + other), std::string::npos) << warnings[0];
-  EXPECT_NE(warnings[0].find("outbox migrate"), std::string::npos) << warnings[0];
-  write({grouped("o1", "g"), grouped("o2", "g")});
-  const auto token = take(partition_lease_name(message_group_partition("g")));
-  EXPECT_EQ(claim({"o1", "o2"}, token), (std::vector<std::string>{"o1", "o2"}));
-  conn->execute("DROP TABLE " + other);
-  warnings = warnings_of(false);  // no index of that name at all now
-  ASSERT_EQ(warnings.size(), 1U);
-  EXPECT_NE(warnings[0].find("no index " + table_ + "_groups_front"), std::string::npos)
-      << warnings[0];
-  conn->execute("CREATE INDEX " + table_ + "_groups_front ON " + table_ +
-                " (partition_no, stream_seq)");
-  EXPECT_TRUE(warnings_of(true).empty());
-
-  // The table as outbox made it, but stream_seq a plain column beside the rowid.
-  const std::string own = table_ + "_own";
-  auto def = conn->query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = '" +
-                         table_ + "'")[0]
-                 .get_text(0);
-  const std::string rowid = "stream_seq INTEGER PRIMARY KEY AUTOINCREMENT";
-  ASSERT_NE(def.find(rowid), std::string::npos) << def;
-  def.replace(def.find(rowid), rowid.size(), "stream_seq INTEGER");
-  ASSERT_NE(def.find(table_), std::string::npos) << def;
-  def.replace(def.find(table_), table_.size(), own);
-  conn->execute(def);
-  create_schema_for(*conn, own);
-  EXPECT_EQ(front_index_key(*conn, own), (std::vector<std::string>{"partition_no", "stream_seq"}));
-  const auto plan = front_plan(*conn, own);
-  EXPECT_NE(plan.find(own + "_groups_front"), std::string::npos) << plan;
-  EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
-  conn->execute("DROP TABLE " + own);
-}
-
-TEST_P(GroupContract, MigratingAgainChangesNothing) {
-  write({grouped("m1", "g"), plain("m2")});
-  auto conn = pool_->acquire();
-  create_schema_for(*conn, table_);
-  migrate(*conn, table_);
-  migrate(*conn, table_);
-  EXPECT_EQ(schema_version(*conn, table_), kSchemaVersion);
-  EXPECT_EQ(ids_of(store_->poll_pending(*conn, Clock::system()->now() + 1s, 0us, 10)),
-            (std::vector<std::string>{"m2"}));
-  EXPECT_EQ(scan_ids(message_group_partition("g")), (std::vector<std::string>{"m1"}));
 }
 
 // repartition() is run by any node whose scan meets a key's row in a partition not its own,

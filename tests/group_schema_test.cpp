@@ -1,0 +1,193 @@
+// The schema of message groups on every engine: SQLite's index of fronts (version 9, narrowed by
+// version 10), read only where it is the table's own, said when it is missing, and a migration run
+// again changes nothing.
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "outbox/log.hpp"
+#include "tests/support/group_contract_fixture.hpp"
+
+namespace outbox {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::grouped;
+using testing::ids_of;
+using testing::keys_of_partition;
+using testing::plain;
+
+// The columns of `table`'s front index (SQLite), in key order.
+std::vector<std::string> front_index_key(sql::Connection& conn, const std::string& table) {
+  std::vector<std::string> key;
+  for (const auto& r : conn.query("SELECT i.name FROM sqlite_master m, pragma_index_info(m.name) i "
+                                  "WHERE m.type = 'index' AND m.name = '" +
+                                  table + "_groups_front' ORDER BY i.seqno")) {
+    key.push_back(r.get_text(0));
+  }
+  return key;
+}
+
+// SQLite's plan of a front read of one partition of `table`, a step a line.
+std::string front_plan(sql::Connection& conn, const std::string& table) {
+  std::string plan;
+  for (const auto& r : conn.query("EXPLAIN QUERY PLAN SELECT event_id FROM " + table +
+                                  " WHERE status IN (0, 2) AND message_group IS NOT NULL AND "
+                                  "partition_no = 3 ORDER BY stream_seq LIMIT 16")) {
+    plan += r.get_text(3) + "\n";
+  }
+  return plan;
+}
+
+class GroupSchema : public testing::GroupContractFixture {};
+
+// Fronts are read on SQLite only, and only from a table that has their index: one at schema
+// version 8 (index dropped, version row set back) is claimed in key order until migrated to 9.
+TEST_P(GroupSchema, FrontsAreReadOnlyWhereTheirIndexIs) {
+  auto conn = pool_->acquire();
+  if (!engine_is("sqlite")) {
+    EXPECT_FALSE(groups_->has_fronts());
+    return;
+  }
+  EXPECT_TRUE(groups_->has_fronts());
+  migrate(*conn, table_);
+  conn->execute("DROP INDEX " + table_ + "_groups_front");
+  conn->execute("UPDATE outbox_schema_version SET version = 8 WHERE table_name = '" + table_ + "'");
+  EXPECT_FALSE(detect_group_store(*conn, table_)->has_fronts());
+  EXPECT_EQ(migrate(*conn, table_).from, 8);
+  EXPECT_TRUE(detect_group_store(*conn, table_)->has_fronts());
+}
+
+// Version 10 narrows SQLite's front index to the partition and stream_seq: a table of version 9
+// gets it from the migration (its index found whatever the case it was written in), and fronts
+// read through it in insert order without sorting.
+TEST_P(GroupSchema, TheMigrationNarrowsTheFrontIndexAndFrontsStayInInsertOrder) {
+  if (!engine_is("sqlite")) {
+    EXPECT_FALSE(groups_->has_fronts());  // the other engines read no front index
+    return;
+  }
+  auto conn = pool_->acquire();
+  migrate(*conn, table_);
+  conn->execute("DROP INDEX " + table_ + "_groups_front");
+  conn->execute("CREATE INDEX " + table_ + "_groups_front ON " + table_ +
+                " (PARTITION_NO, Stream_Seq, message_group, AVAILABLE_AT, event_id) WHERE status "
+                "IN (0, 2) AND message_group IS NOT NULL");
+  conn->execute("UPDATE outbox_schema_version SET version = 9 WHERE table_name = '" + table_ + "'");
+  // Keys of one partition, written interleaved, the last key first: the front is their rows in
+  // write order.
+  const auto keys = keys_of_partition("f", 9, 3);
+  std::vector<EventEnvelope> events;
+  std::vector<std::string> written;
+  for (int i = 0; i < 2; ++i) {
+    for (auto it = keys.rbegin(); it != keys.rend(); ++it) {
+      written.push_back(*it + "-" + std::to_string(i));
+      events.push_back(grouped(written.back(), *it));
+    }
+  }
+  write(events);
+  EXPECT_EQ(migrate(*conn, table_).from, 9);
+  EXPECT_EQ(front_index_key(*conn, table_),
+            (std::vector<std::string>{"partition_no", "stream_seq"}));
+  const auto plan = front_plan(*conn, table_);
+  EXPECT_NE(plan.find(table_ + "_groups_front"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
+  std::vector<std::string> front;
+  for (const auto& r : groups_->front(*conn, {9}, 16, Clock::system()->now())) {
+    front.push_back(r.event_id);
+  }
+  EXPECT_EQ(front, written);
+}
+
+// The migration replaces only version 9's own front index: an index of that name on another
+// table stays (and fronts are then not read: claims go in key order). On a table whose
+// stream_seq is not the rowid (one an application made), fronts still read without a sort.
+TEST_P(GroupSchema, OnlyTheTablesOwnFrontIndexIsReplacedAndFrontsNeverSort) {
+  if (!engine_is("sqlite")) {
+    EXPECT_FALSE(groups_->has_fronts());
+    return;
+  }
+  auto conn = pool_->acquire();
+  migrate(*conn, table_);
+  const std::string other = table_ + "_other";
+  conn->execute("CREATE TABLE " + other +
+                " (partition_no INTEGER, stream_seq INTEGER, message_group TEXT, available_at "
+                "INTEGER, event_id TEXT, status INTEGER)");
+  conn->execute("DROP INDEX " + table_ + "_groups_front");
+  conn->execute("CREATE INDEX " + table_ + "_groups_front ON " + other +
+                " (partition_no, stream_seq, message_group, available_at, event_id) WHERE status "
+                "IN (0, 2) AND message_group IS NOT NULL");
+  conn->execute("UPDATE outbox_schema_version SET version = 9 WHERE table_name = '" + table_ + "'");
+  EXPECT_EQ(migrate(*conn, table_).from, 9);
+  const auto owner =
+      conn->query("SELECT tbl_name FROM sqlite_master WHERE name = '" + table_ + "_groups_front'");
+  ASSERT_EQ(owner.size(), 1U);
+  EXPECT_EQ(owner[0].get_text(0), other);
+  // Said to the operator, with the table that took the name.
+  const auto warnings_of = [&](bool fronts_expected) {
+    std::vector<std::string> warnings;
+    std::mutex mutex;  // the sink is called from any thread
+    set_log_sink([&](LogLevel level, std::string_view message) {
+      if (level == LogLevel::Warning) {
+        std::lock_guard lock(mutex);
+        warnings.emplace_back(message);
+      }
+    });
+    const bool fronts = detect_group_store(*conn, table_)->has_fronts();
+    set_log_sink({});
+    EXPECT_EQ(fronts, fronts_expected);
+    return warnings;
+  };
+  auto warnings = warnings_of(false);
+  ASSERT_EQ(warnings.size(), 1U);
+  EXPECT_NE(warnings[0].find("taken by table " + other), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[0].find("outbox migrate"), std::string::npos) << warnings[0];
+  write({grouped("o1", "g"), grouped("o2", "g")});
+  const auto token = take(partition_lease_name(message_group_partition("g")));
+  EXPECT_EQ(claim({"o1", "o2"}, token), (std::vector<std::string>{"o1", "o2"}));
+  conn->execute("DROP TABLE " + other);
+  warnings = warnings_of(false);  // no index of that name at all now
+  ASSERT_EQ(warnings.size(), 1U);
+  EXPECT_NE(warnings[0].find("no index " + table_ + "_groups_front"), std::string::npos)
+      << warnings[0];
+  conn->execute("CREATE INDEX " + table_ + "_groups_front ON " + table_ +
+                " (partition_no, stream_seq)");
+  EXPECT_TRUE(warnings_of(true).empty());
+
+  // The table as outbox made it, but stream_seq a plain column beside the rowid.
+  const std::string own = table_ + "_own";
+  auto def = conn->query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = '" +
+                         table_ + "'")[0]
+                 .get_text(0);
+  const std::string rowid = "stream_seq INTEGER PRIMARY KEY AUTOINCREMENT";
+  ASSERT_NE(def.find(rowid), std::string::npos) << def;
+  def.replace(def.find(rowid), rowid.size(), "stream_seq INTEGER");
+  ASSERT_NE(def.find(table_), std::string::npos) << def;
+  def.replace(def.find(table_), table_.size(), own);
+  conn->execute(def);
+  create_schema_for(*conn, own);
+  EXPECT_EQ(front_index_key(*conn, own), (std::vector<std::string>{"partition_no", "stream_seq"}));
+  const auto plan = front_plan(*conn, own);
+  EXPECT_NE(plan.find(own + "_groups_front"), std::string::npos) << plan;
+  EXPECT_EQ(plan.find("TEMP B-TREE"), std::string::npos) << plan;
+  conn->execute("DROP TABLE " + own);
+}
+
+TEST_P(GroupSchema, MigratingAgainChangesNothing) {
+  write({grouped("m1", "g"), plain("m2")});
+  auto conn = pool_->acquire();
+  create_schema_for(*conn, table_);
+  migrate(*conn, table_);
+  migrate(*conn, table_);
+  EXPECT_EQ(schema_version(*conn, table_), kSchemaVersion);
+  EXPECT_EQ(ids_of(store_->poll_pending(*conn, Clock::system()->now() + 1s, 0us, 10)),
+            (std::vector<std::string>{"m2"}));
+  EXPECT_EQ(scan_ids(message_group_partition("g")), (std::vector<std::string>{"m1"}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Engines, GroupSchema, testing::all_engines(), testing::engine_name);
+
+}  // namespace
+}  // namespace outbox
