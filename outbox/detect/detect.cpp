@@ -58,14 +58,13 @@ std::shared_ptr<GroupStore> detect_group_store(sql::Connection& conn, const std:
   }
   if (!own) {
     store->without_fronts();
-    // Claims still deliver in order, only slower on a backlog: said once, where an operator
-    // looks, with what to do.
+    // Claims still deliver in order, only slower on a backlog: said as the store is made (a
+    // relay's start, an `outbox groups` command), with what to do.
     log(LogLevel::Warning,
         owners.empty()
             ? "message groups on " + table + ": no index " + front +
                   " (dropped, or a schema older than version 9): claims read each partition in key "
-                  "order; run "
-                  "`outbox migrate` to add it"
+                  "order; run `outbox migrate` to add it"
             : "message groups on " + table + ": the index name " + front + " is taken by table " +
                   owners[0].get_text(0) +
                   ", so the table has no index of fronts and claims read each partition in key "
