@@ -1,6 +1,7 @@
 // A relay built in code with a PublishSpanHook: every publish runs in a span the hook starts from
 // the event's own trace context, the receiver gets the span's context as its parent, the hook
-// hears each outcome, and a hook that throws or answers nonsense never stops a delivery.
+// hears each outcome, and a hook that throws or answers nonsense never stops a delivery. And what
+// a relay built in code says as it is made.
 
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -10,6 +11,7 @@
 
 #include "outbox/detect/detect.hpp"
 #include "outbox/envelope.hpp"
+#include "outbox/log.hpp"
 #include "outbox/relay/relay.hpp"
 #include "outbox/trace_context.hpp"
 #include "tests/support/http_server.hpp"
@@ -125,6 +127,35 @@ TEST(RelaySpans, EachPublishRunsInAChildSpanWhoseContextTheReceiverGets) {
   const auto row = store->find(*pool->acquire(), events[0].event_id());
   EXPECT_NE(row->headers_json->find(kParent), std::string::npos);
   EXPECT_EQ(row->headers_json->find(kChild), std::string::npos);
+}
+
+// A table whose index of fronts is gone (dropped here) is said once as the relay is made: the
+// relay made the table's group store twice (once for status, once for its drain), and each said it.
+TEST(RelaySpans, AGroupTableWithoutItsIndexOfFrontsIsSaidOnceAsTheRelayIsMade) {
+  testing::TempDir dir;
+  const std::string url = "sqlite://" + dir.file("fronts.db");
+  auto pool = open_pool(url, 1);
+  migrate(*pool->acquire());
+  pool->acquire()->execute("DROP INDEX outbox_event_groups_front");
+  std::mutex mutex;
+  std::vector<std::string> warnings;
+  set_log_sink([&](LogLevel level, std::string_view message) {
+    std::lock_guard lock(mutex);
+    if (level == LogLevel::Warning && message.find("_groups_front") != std::string_view::npos) {
+      warnings.emplace_back(message);
+    }
+  });
+  relay::RelayConfig config;
+  config.database = {.url = url, .table = "outbox_event", .pool_size = 2};
+  config.admin.enabled = false;
+  config.publishers.push_back(relay::PublisherConfig{.name = "log"});
+  config.routes.push_back({.publisher = "log", .table = "outbox_event"});
+  { relay::Relay relay(config); }
+  set_log_sink({});
+  std::lock_guard lock(mutex);
+  ASSERT_EQ(warnings.size(), 1U);
+  EXPECT_NE(warnings[0].find("no index outbox_event_groups_front"), std::string::npos)
+      << warnings[0];
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include "outbox/internal/ascii.hpp"
 #include "outbox/log.hpp"
 #include "outbox/sql/connection.hpp"
+#include "outbox/sql/dialect.hpp"
 #include "outbox/sql/group_store.hpp"
 #include "outbox/sql/lease_store.hpp"
 
@@ -49,26 +50,33 @@ std::shared_ptr<GroupStore> detect_group_store(sql::Connection& conn, const std:
     return store;
   }
   const std::string front = table + "_groups_front";
-  const auto owners =
-      conn.query("SELECT tbl_name FROM sqlite_master WHERE type = 'index' AND name = '" + front +
-                 "' COLLATE NOCASE");
+  // Any kind of object: a table or a view of that name keeps the index from being made too.
+  const auto owners = conn.query("SELECT type, tbl_name FROM sqlite_master WHERE name = '" + front +
+                                 "' COLLATE NOCASE");
   bool own = false;
   for (const auto& row : owners) {
-    own = own || internal::iequals(row.get_text(0), table);
+    own = own || (row.get_text(0) == "index" && internal::iequals(row.get_text(1), table));
   }
   if (!own) {
     store->without_fronts();
     // Claims still deliver in order, only slower on a backlog: said as the store is made (a
-    // relay's start, an `outbox groups` command), with what to do.
+    // relay's start, an `outbox groups` command), with what to do. A migration at the current
+    // version makes nothing again, so the statement is given (sqlite::create_group_schema's).
+    const std::string make = "CREATE INDEX " + front + " ON " + table +
+                             " (partition_no, stream_seq) WHERE " + sql::pending_statuses() +
+                             " AND message_group IS NOT NULL";
     log(LogLevel::Warning,
         owners.empty()
             ? "message groups on " + table + ": no index " + front +
-                  " (dropped, or a schema older than version 9): claims read each partition in key "
-                  "order; run `outbox migrate` to add it"
-            : "message groups on " + table + ": the index name " + front + " is taken by table " +
-                  owners[0].get_text(0) +
+                  ", so claims read each partition in key order; `outbox migrate` makes it on a "
+                  "schema older than version 9, or make it with: " +
+                  make
+            : "message groups on " + table + ": the name " + front + " is taken by " +
+                  (owners[0].get_text(0) == "index" ? "an index of table " + owners[0].get_text(1)
+                                                    : "a " + owners[0].get_text(0)) +
                   ", so the table has no index of fronts and claims read each partition in key "
-                  "order; rename that index, then run `outbox migrate`");
+                  "order; rename that, then make the index with: " +
+                  make);
   }
   return store;
 }

@@ -148,6 +148,12 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table,
     step(10, "the index of grouped rows in insert order narrowed");
     engine.create_group_schema(conn, table);
   }
+  // Version 11: an index of rows whose partition number is not a whole number, which count as
+  // none (SQLite, whose columns keep a REAL whatever their type; elsewhere the column rounds it).
+  if (result.from < 11 && dialect.name() == "sqlite") {
+    step(11, "partition numbers that are not whole numbers count as none");
+    engine.create_group_schema(conn, table);
+  }
   if (result.from == 0) {
     // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)
     // still cannot fail on the key.

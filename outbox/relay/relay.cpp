@@ -173,7 +173,10 @@ struct Relay::Impl {
         }
         d->store = engine_for(conn.dialect()).make_store(store_options);
         check_table(conn, *d->store, d->table);
-        d->groups = detect_group_store(conn, d->table);
+        // database.table's store is made already: made again, it said its warnings twice.
+        d->groups = groups && d->table == config.database.table
+                        ? groups
+                        : detect_group_store(conn, d->table);
         if (config.groups.enabled && !config.relay.standby && !config.dispatcher.ordered) {
           auto lease_table = detect_lease_store(conn, d->table);
           try {  // its side tables too: without them its groups would never move

@@ -78,6 +78,10 @@ class Dialect {
   /// (SQLite): PostgreSQL's index keeps them until a vacuum and InnoDB's until its purge, and a
   /// front read through them cost more than the locality it gave.
   virtual bool group_fronts() const { return false; }
+  /// The condition "partition_no holds a number that is not a whole one" where a column can keep
+  /// such a value (SQLite keeps 53.5 in an INTEGER column), empty where the column rounds it.
+  /// Such a row counts as unnumbered.
+  virtual std::string fractional_partition() const { return {}; }
   /// The instant a terminal row's retention counts from, and the condition selecting terminal rows.
   virtual std::string terminal_column() const { return "COALESCE(done_at, created_at)"; }
   virtual std::string terminal_filter() const;

@@ -66,7 +66,8 @@ namespace outbox::sql {
 namespace {
 
 // A row without a partition number, or with one outside 0 … 63: a writer outside this library
-// left it to the partition's holder to number.
+// left it to the partition's holder to number. (And, where the column keeps one, a number that is
+// not a whole number: Dialect::fractional_partition.)
 const std::string kUnnumbered = "partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
                                 std::to_string(kMessageGroupPartitions);
 
@@ -108,11 +109,16 @@ SqlGroupStore::SqlGroupStore(const Dialect& dialect, std::string table, bool dat
   columns_ = internal::event_columns(dialect_, true);
 }
 
+std::string SqlGroupStore::unnumbered() const {
+  const auto fractional = dialect_.fractional_partition();
+  return fractional.empty() ? kUnnumbered : kUnnumbered + " OR " + fractional;
+}
+
 void SqlGroupStore::of_group(Statement& s, const std::string& message_group) const {
   s.sql(" AND message_group = ").param(message_group);
   s.sql(" AND (partition_no = ")
       .param(std::int64_t{message_group_partition(message_group)})
-      .sql(" OR " + kUnnumbered + ")");
+      .sql(" OR " + unnumbered() + ")");
 }
 
 void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::string>* groups,
@@ -120,10 +126,14 @@ void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::strin
                                       const std::string* after) const {
   // Three arms, each one range of the group index: with the three ranges OR-ed, SQLite read the
   // whole table every cycle.
-  const std::string ranges[] = {"partition_no IS NULL", "partition_no < 0",
-                                "partition_no >= " + std::to_string(kMessageGroupPartitions)};
+  // A fourth where the column keeps fractions, through the (normally empty) index of such rows.
+  std::vector<std::string> ranges = {"partition_no IS NULL", "partition_no < 0",
+                                     "partition_no >= " + std::to_string(kMessageGroupPartitions)};
+  if (const auto fractional = dialect_.fractional_partition(); !fractional.empty()) {
+    ranges.push_back(fractional);
+  }
   s.sql("SELECT DISTINCT message_group FROM (");
-  for (std::size_t i = 0; i < std::size(ranges); ++i) {
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
     s.sql(std::string(i == 0 ? "" : " UNION ALL ") + "SELECT message_group FROM " + table_ +
           " WHERE " + dialect_.group_pending_filter() + " AND " + ranges[i]);
     if (groups != nullptr) {
@@ -185,7 +195,7 @@ int SqlGroupStore::assign_partitions(Connection& conn,
         .param(std::int64_t{partition})
         .sql(" WHERE " + dialect_.group_pending_filter() + " AND message_group = ")
         .param(group)
-        .sql(" AND (" + kUnnumbered + ")");
+        .sql(" AND (" + unnumbered() + ")");
     append_fence(s, dialect_, lease_table_, *lease->second);
     assigned += static_cast<int>(s.execute(conn));
   }
@@ -195,7 +205,7 @@ int SqlGroupStore::assign_partitions(Connection& conn,
 std::vector<std::string> SqlGroupStore::unassigned(Connection& conn,
                                                    const std::vector<std::string>& groups) {
   std::vector<std::string> out;
-  // In chunks: each group is a parameter in each of the three arms (SQLite allows 32766).
+  // In chunks: each group is a parameter in each arm (SQLite allows 32766).
   constexpr std::size_t kChunk = 1000;
   for (std::size_t from = 0; from < groups.size(); from += kChunk) {
     Statement s = statement();
@@ -273,6 +283,9 @@ int SqlGroupStore::repartition(Connection& conn, const std::string& group) {
       // numbers those (assign_partitions, fenced).
       .sql(" AND partition_no >= 0 AND partition_no < " + std::to_string(kMessageGroupPartitions) +
            " AND " + pending_statuses());
+  if (const auto fractional = dialect_.fractional_partition(); !fractional.empty()) {
+    s.sql(" AND NOT (" + fractional + ")");
+  }
   return static_cast<int>(s.execute(conn));
 }
 
