@@ -1,6 +1,8 @@
 #include "outbox/detect/detect.hpp"
 
+#include <optional>
 #include <stdexcept>
+#include <string>
 
 #include "outbox/errors.hpp"
 #include "outbox/internal/ascii.hpp"
@@ -39,44 +41,78 @@ std::shared_ptr<StreamStore> detect_stream_store(sql::Connection& conn, const st
   return engine_for(conn.dialect()).make_stream_store(table);
 }
 
+namespace {
+
+// What holds the name `name` when it is not an index of `table` ("a table", "an index of table
+// X"; empty when nothing does); nullopt when it is the table's own index (SQLite). Triggers have
+// names of their own.
+std::optional<std::string> not_own_index(sql::Connection& conn, const std::string& name,
+                                         const std::string& table) {
+  const auto holders = conn.query("SELECT type, tbl_name FROM sqlite_master WHERE name = '" + name +
+                                  "' COLLATE NOCASE AND type <> 'trigger'");
+  for (const auto& row : holders) {
+    if (row.get_text(0) == "index" && internal::iequals(row.get_text(1), table)) {
+      return std::nullopt;
+    }
+  }
+  if (holders.empty()) {
+    return std::string();
+  }
+  return holders[0].get_text(0) == "index" ? "an index of table " + holders[0].get_text(1)
+                                           : "a " + holders[0].get_text(0);
+}
+
+// The warning for an index of `table` that is missing or whose name another object holds: what
+// it costs, and the statement that makes it (a migration at the current version makes nothing
+// again).
+std::string missing_index(const std::string& table, const std::string& name,
+                          const std::string& holder, const std::string& cost,
+                          const std::string& make) {
+  return "message groups on " + table + ": " +
+         (holder.empty() ? "no index " + name : "the name " + name + " is taken by " + holder) +
+         ", so " + cost + "; " +
+         (holder.empty() ? "`outbox migrate` makes it on an older schema, or make it with: "
+                         : "rename that, then make the index with: ") +
+         make;
+}
+
+}  // namespace
+
 std::shared_ptr<GroupStore> detect_group_store(sql::Connection& conn, const std::string& table) {
   const auto& engine = engine_for(conn.dialect());
+  const auto& dialect = engine.dialect();
   // SQLite has no server clock: its statements use the caller's either way.
-  auto store = std::make_shared<sql::SqlGroupStore>(engine.dialect(), table, true);
-  // A table not migrated to version 9 has no index of fronts: read there, each front would sort
-  // its whole partition, so claims read in key order only until `outbox migrate`. An index of
-  // that name on another table is not the table's (index names are global in a database).
+  auto store = std::make_shared<sql::SqlGroupStore>(dialect, table, true);
   if (!store->has_fronts()) {
     return store;
   }
+  // SQLite's indexes of grouped rows beside the group index (sqlite::create_group_schema), said
+  // as the store is made (a relay's start, an `outbox groups` command) when they are missing: the
+  // claims still deliver in order, only slower. A table not migrated to version 9 has no index
+  // of fronts: read there, each front would sort its whole partition, so claims read in key
+  // order only. An index of the name on another table is not the table's (index names are
+  // global in a database).
   const std::string front = table + "_groups_front";
-  // Any kind of object: a table or a view of that name keeps the index from being made too.
-  const auto owners = conn.query("SELECT type, tbl_name FROM sqlite_master WHERE name = '" + front +
-                                 "' COLLATE NOCASE");
-  bool own = false;
-  for (const auto& row : owners) {
-    own = own || (row.get_text(0) == "index" && internal::iequals(row.get_text(1), table));
-  }
-  if (!own) {
+  if (const auto holder = not_own_index(conn, front, table)) {
     store->without_fronts();
-    // Claims still deliver in order, only slower on a backlog: said as the store is made (a
-    // relay's start, an `outbox groups` command), with what to do. A migration at the current
-    // version makes nothing again, so the statement is given (sqlite::create_group_schema's).
-    const std::string make = "CREATE INDEX " + front + " ON " + table +
-                             " (partition_no, stream_seq) WHERE " + sql::pending_statuses() +
-                             " AND message_group IS NOT NULL";
     log(LogLevel::Warning,
-        owners.empty()
-            ? "message groups on " + table + ": no index " + front +
-                  ", so claims read each partition in key order; `outbox migrate` makes it on a "
-                  "schema older than version 9, or make it with: " +
-                  make
-            : "message groups on " + table + ": the name " + front + " is taken by " +
-                  (owners[0].get_text(0) == "index" ? "an index of table " + owners[0].get_text(1)
-                                                    : "a " + owners[0].get_text(0)) +
-                  ", so the table has no index of fronts and claims read each partition in key "
-                  "order; rename that, then make the index with: " +
-                  make);
+        missing_index(table, front, *holder,
+                      "the table has no index of fronts and claims read each partition in key "
+                      "order",
+                      "CREATE INDEX " + front + " ON " + table +
+                          " (partition_no, stream_seq) WHERE " + dialect.group_pending_filter()));
+  }
+  const std::string fractional = table + "_groups_fractional";
+  if (const auto holder = dialect.fractional_partition().empty()
+                              ? std::nullopt
+                              : not_own_index(conn, fractional, table)) {
+    log(LogLevel::Warning,
+        missing_index(table, fractional, *holder,
+                      "each cycle reads the whole group index for rows whose partition number is "
+                      "not a whole number",
+                      "CREATE INDEX " + fractional + " ON " + table + " (message_group) WHERE " +
+                          dialect.group_pending_filter() + " AND " +
+                          dialect.fractional_partition()));
   }
   return store;
 }

@@ -1,5 +1,6 @@
 // The fronts of a claim (GroupPartitions::claim): which partitions a front leaves unread behind
-// it, and the runs behind the heads picked, read again just before the claim.
+// it, the runs behind the heads picked, read again just before the claim, and the runs the claim
+// found whole.
 #include <algorithm>
 #include <string_view>
 #include <unordered_map>
@@ -125,6 +126,31 @@ void GroupPartitions::read_runs(sql::Connection& conn, std::vector<Pick>& picks,
   if (whole_runs > 0) {
     front_run_ = (front_run_ + runs_read / whole_runs) / 2;
   }
+}
+
+std::vector<OutboxEvent> GroupPartitions::unbroken(const std::vector<Pick>& picks,
+                                                   std::vector<OutboxEvent> rows) {
+  // The claim returns the rows still pending in their partition under its lease, in the order
+  // asked. A run's row missing there (settled meanwhile, or its number taken away by another
+  // client's UPDATE since read_runs() asked) ends the run: the rows behind it would overtake it.
+  // They stay in the table, and a later cycle reads the group again.
+  std::vector<OutboxEvent> out;
+  out.reserve(rows.size());
+  std::size_t r = 0;
+  for (const auto& p : picks) {
+    bool broken = false;
+    for (const auto& id : p.ids) {
+      if (r < rows.size() && rows[r].event_id == id) {
+        if (!broken) {
+          out.push_back(std::move(rows[r]));
+        }
+        ++r;
+      } else {
+        broken = true;
+      }
+    }
+  }
+  return out;
 }
 
 }  // namespace outbox::internal

@@ -557,7 +557,8 @@ GroupClaim GroupPartitions::claim(sql::Connection& conn, int limit) {
     }
   }
   // Claimed something and left claimable rows behind: the next cycle need not wait.
-  return {decode(conn, options_.store->claim(conn, fences, ids), read_under, now), followed_up_};
+  return {decode(conn, unbroken(picks, options_.store->claim(conn, fences, ids)), read_under, now),
+          followed_up_};
 }
 
 }  // namespace outbox::internal

@@ -130,6 +130,10 @@ class GroupPartitions {
   // was read is dropped, and so is one with a row not given its partition yet (asked after the
   // read: such a row may come before rows read).
   void read_runs(sql::Connection& conn, std::vector<Pick>& picks, int limit, Timestamp now);
+  // The claimed `rows` (in the order of the picks' ids) of each pick's run up to its first row
+  // the claim did not return.
+  static std::vector<OutboxEvent> unbroken(const std::vector<Pick>& picks,
+                                           std::vector<OutboxEvent> rows);
   // The due heads of candidate groups that are not blocked, the head due
   // longest first, and up to per_group rows behind each, at most `limit` rows (a front's group
   // counted as per_group); marks the runs reached, and those picked moving.

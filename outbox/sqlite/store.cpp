@@ -30,7 +30,10 @@ class SqliteDialect final : public sql::Dialect {
   }
   bool has_bytes_column() const override { return false; }
   bool group_fronts() const override { return true; }
-  std::string fractional_partition() const override { return "typeof(partition_no) = 'real'"; }
+  // A REAL that is a whole number (53.0, as a column declared REAL keeps every number) is one.
+  std::string fractional_partition() const override {
+    return "typeof(partition_no) = 'real' AND partition_no <> CAST(partition_no AS INTEGER)";
+  }
   bool parenthesized_arms() const override { return false; }
   std::string insert_ignore(const std::string& into_values, const std::string&) const override {
     return "INSERT OR IGNORE " + into_values;

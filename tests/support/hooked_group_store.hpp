@@ -25,6 +25,8 @@ class HookedGroupStore final : public GroupStore {
   // After runs() returned (before read_runs() asks which picked groups have rows without a
   // partition).
   std::function<void(sql::Connection&, const std::vector<std::pair<int, std::string>>&)> after_runs;
+  // Before claim() reads its rows (after read_runs() asked about rows without a partition).
+  std::function<void(sql::Connection&, const std::vector<std::string>&)> before_claim;
   // After claim() read its rows, before the claimed rows reach the dispatcher.
   std::function<void(const std::vector<OutboxEvent>&)> after_claim;
   // After hold() returned (before the failure it was taken for is written).
@@ -94,6 +96,9 @@ class HookedGroupStore final : public GroupStore {
   }
   std::vector<OutboxEvent> claim(sql::Connection& c, const std::vector<LeaseToken>& leases,
                                  const std::vector<std::string>& ids) override {
+    if (before_claim) {
+      before_claim(c, ids);
+    }
     auto rows = inner_->claim(c, leases, ids);
     if (after_claim) {
       after_claim(rows);
