@@ -373,6 +373,29 @@ TEST_P(GroupSchema, APartitionColumnDeclaredRealHoldsWholeNumbers) {
   }
   EXPECT_EQ(scanned, (std::vector<std::string>{"x1", "x2"}));
   testing::drop_outbox_tables(*conn, real);
+
+  // Declared as text, the column keeps numbers as text ('41.0' matches no partition): said.
+  const std::string text = table_ + "_text";
+  def.replace(def.find("partition_no REAL"), std::string("partition_no REAL").size(),
+              "partition_no VARCHAR(8)");
+  def.replace(def.find(real), real.size(), text);
+  conn->execute(def);
+  migrate(*conn, text);
+  std::vector<std::string> warnings;
+  std::mutex mutex;
+  set_log_sink([&](LogLevel level, std::string_view message) {
+    std::lock_guard lock(mutex);
+    if (level == LogLevel::Warning) {
+      warnings.emplace_back(message);
+    }
+  });
+  detect_group_store(*conn, text);
+  detect_group_store(*conn, table_);
+  set_log_sink({});
+  ASSERT_EQ(warnings.size(), 1U);  // the table's own (INTEGER) column is not named
+  EXPECT_NE(warnings[0].find("partition_no is declared VARCHAR(8)"), std::string::npos)
+      << warnings[0];
+  testing::drop_outbox_tables(*conn, text);
 }
 
 INSTANTIATE_TEST_SUITE_P(Engines, GroupSchema, testing::all_engines(), testing::engine_name);

@@ -102,6 +102,28 @@ std::shared_ptr<GroupStore> detect_group_store(sql::Connection& conn, const std:
                       "CREATE INDEX " + front + " ON " + table +
                           " (partition_no, stream_seq) WHERE " + dialect.group_pending_filter()));
   }
+  // A column declared as text (a table made by hand) keeps partition numbers as text: SQLite
+  // then compares them as text, so '41.0' or '100' matches no partition and is not counted as
+  // outside 0 … 63 either, and such a row waits for ever.
+  const auto declared = conn.query("SELECT type FROM pragma_table_info('" + table +
+                                   "') WHERE name = 'partition_no' COLLATE NOCASE");
+  if (!declared.empty() && !declared[0].is_null(0)) {
+    std::string type;
+    for (const char c : declared[0].get_text(0)) {
+      type += internal::ascii_lower(c);
+    }
+    const bool text =
+        type.find("int") == std::string::npos &&
+        (type.find("char") != std::string::npos || type.find("clob") != std::string::npos ||
+         type.find("text") != std::string::npos);
+    if (text) {
+      log(LogLevel::Warning, "message groups on " + table + ": partition_no is declared " +
+                                 declared[0].get_text(0) +
+                                 ", so SQLite keeps partition numbers as text and rows whose "
+                                 "number is not written as a whole number in 0 … 63 are never "
+                                 "delivered; declare it INTEGER");
+    }
+  }
   const std::string fractional = table + "_groups_fractional";
   if (const auto holder = dialect.fractional_partition().empty()
                               ? std::nullopt
