@@ -60,8 +60,8 @@ class SqlGroupStore final : public GroupStore {
   Statement statement() const { return Statement(dialect_, database_clock_); }
   // "<no number, or one outside 0 … 63, or a fraction where the column keeps one>".
   std::string unnumbered() const;
-  // " AND message_group = ? AND (partition_no = ? OR <no number, or one outside 0 … 63>)": the
-  // group's rows (a group is in one partition, or not yet numbered).
+  // " AND message_group = ? AND (partition_no = ? OR <unnumbered()>)": the group's rows (a group
+  // is in one partition, or not yet numbered).
   void of_group(Statement& s, const std::string& message_group) const;
   // " AND <grouped pending> AND ((partition_no = ? AND <its lease live>) OR …)": rows only under
   // their own partition's lease, live in the database with that epoch.
