@@ -43,6 +43,39 @@ std::string front_plan(sql::Connection& conn, const std::string& table) {
   return plan;
 }
 
+// The warnings logged while `fn` runs.
+template <typename Fn>
+std::vector<std::string> warnings_while(Fn&& fn) {
+  std::vector<std::string> warnings;
+  std::mutex mutex;  // the sink is called from any thread
+  set_log_sink([&](LogLevel level, std::string_view message) {
+    if (level == LogLevel::Warning) {
+      std::lock_guard lock(mutex);
+      warnings.emplace_back(message);
+    }
+  });
+  try {
+    fn();
+  } catch (...) {
+    set_log_sink({});
+    throw;
+  }
+  set_log_sink({});
+  return warnings;
+}
+
+// Makes `name` a copy of the definition of `source` (SQLite), `from` replaced by `to` in it.
+void table_like(sql::Connection& conn, const std::string& source, const std::string& name,
+                const std::string& from, const std::string& to) {
+  auto def = conn.query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = '" + source +
+                        "'")[0]
+                 .get_text(0);
+  ASSERT_NE(def.find(from), std::string::npos) << def;
+  def.replace(def.find(from), from.size(), to);
+  def.replace(def.find(source), source.size(), name);
+  conn.execute(def);
+}
+
 class GroupSchema : public testing::GroupContractFixture {};
 
 // Fronts are read on SQLite only, and only from a table that has their index: one at schema
@@ -153,16 +186,9 @@ TEST_P(GroupSchema, OnlyTheTablesOwnFrontIndexIsReplacedAndFrontsNeverSort) {
   EXPECT_EQ(owner[0].get_text(0), other);
   // Said to the operator, with the table that took the name.
   const auto warnings_of = [&](bool fronts_expected) {
-    std::vector<std::string> warnings;
-    std::mutex mutex;  // the sink is called from any thread
-    set_log_sink([&](LogLevel level, std::string_view message) {
-      if (level == LogLevel::Warning) {
-        std::lock_guard lock(mutex);
-        warnings.emplace_back(message);
-      }
-    });
-    const bool fronts = detect_group_store(*conn, table_)->has_fronts();
-    set_log_sink({});
+    bool fronts = false;
+    auto warnings =
+        warnings_while([&] { fronts = detect_group_store(*conn, table_)->has_fronts(); });
     EXPECT_EQ(fronts, fronts_expected);
     return warnings;
   };
@@ -221,15 +247,8 @@ TEST_P(GroupSchema, OnlyTheTablesOwnFrontIndexIsReplacedAndFrontsNeverSort) {
 
   // The table as outbox made it, but stream_seq a plain column beside the rowid.
   const std::string own = table_ + "_own";
-  auto def = conn->query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = '" +
-                         table_ + "'")[0]
-                 .get_text(0);
-  const std::string rowid = "stream_seq INTEGER PRIMARY KEY AUTOINCREMENT";
-  ASSERT_NE(def.find(rowid), std::string::npos) << def;
-  def.replace(def.find(rowid), rowid.size(), "stream_seq INTEGER");
-  ASSERT_NE(def.find(table_), std::string::npos) << def;
-  def.replace(def.find(table_), table_.size(), own);
-  conn->execute(def);
+  table_like(*conn, table_, own, "stream_seq INTEGER PRIMARY KEY AUTOINCREMENT",
+             "stream_seq INTEGER");
   create_schema_for(*conn, own);
   EXPECT_EQ(front_index_key(*conn, own), (std::vector<std::string>{"partition_no", "stream_seq"}));
   const auto plan = front_plan(*conn, own);
@@ -338,14 +357,7 @@ TEST_P(GroupSchema, APartitionColumnDeclaredRealHoldsWholeNumbers) {
   auto conn = pool_->acquire();
   migrate(*conn, table_);
   const std::string real = table_ + "_real";
-  auto def = conn->query("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = '" +
-                         table_ + "'")[0]
-                 .get_text(0);
-  const std::string column = "partition_no INTEGER";
-  ASSERT_NE(def.find(column), std::string::npos) << def;
-  def.replace(def.find(column), column.size(), "partition_no REAL");
-  def.replace(def.find(table_), table_.size(), real);
-  conn->execute(def);
+  table_like(*conn, table_, real, "partition_no INTEGER", "partition_no REAL");
   migrate(*conn, real);
   const std::string key = "acct-1";
   const int partition = message_group_partition(key);
@@ -376,22 +388,12 @@ TEST_P(GroupSchema, APartitionColumnDeclaredRealHoldsWholeNumbers) {
 
   // Declared as text, the column keeps numbers as text ('41.0' matches no partition): said.
   const std::string text = table_ + "_text";
-  def.replace(def.find("partition_no REAL"), std::string("partition_no REAL").size(),
-              "partition_no VARCHAR(8)");
-  def.replace(def.find(real), real.size(), text);
-  conn->execute(def);
+  table_like(*conn, table_, text, "partition_no INTEGER", "partition_no VARCHAR(8)");
   migrate(*conn, text);
-  std::vector<std::string> warnings;
-  std::mutex mutex;
-  set_log_sink([&](LogLevel level, std::string_view message) {
-    std::lock_guard lock(mutex);
-    if (level == LogLevel::Warning) {
-      warnings.emplace_back(message);
-    }
+  const auto warnings = warnings_while([&] {
+    detect_group_store(*conn, text);
+    detect_group_store(*conn, table_);
   });
-  detect_group_store(*conn, text);
-  detect_group_store(*conn, table_);
-  set_log_sink({});
   ASSERT_EQ(warnings.size(), 1U);  // the table's own (INTEGER) column is not named
   EXPECT_NE(warnings[0].find("partition_no is declared VARCHAR(8)"), std::string::npos)
       << warnings[0];

@@ -107,18 +107,15 @@ SqlGroupStore::SqlGroupStore(const Dialect& dialect, std::string table, bool dat
   block_table_ = group_block_table_name(table_);
   lease_table_ = lease_table_name(table_);
   columns_ = internal::event_columns(dialect_, true);
-}
-
-std::string SqlGroupStore::unnumbered() const {
   const auto fractional = dialect_.fractional_partition();
-  return fractional.empty() ? kUnnumbered : kUnnumbered + " OR " + fractional;
+  unnumbered_ = fractional.empty() ? kUnnumbered : kUnnumbered + " OR " + fractional;
 }
 
 void SqlGroupStore::of_group(Statement& s, const std::string& message_group) const {
   s.sql(" AND message_group = ").param(message_group);
   s.sql(" AND (partition_no = ")
       .param(std::int64_t{message_group_partition(message_group)})
-      .sql(" OR " + unnumbered() + ")");
+      .sql(" OR " + unnumbered_ + ")");
 }
 
 void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::string>* groups,
@@ -195,7 +192,7 @@ int SqlGroupStore::assign_partitions(Connection& conn,
         .param(std::int64_t{partition})
         .sql(" WHERE " + dialect_.group_pending_filter() + " AND message_group = ")
         .param(group)
-        .sql(" AND (" + unnumbered() + ")");
+        .sql(" AND (" + unnumbered_ + ")");
     append_fence(s, dialect_, lease_table_, *lease->second);
     assigned += static_cast<int>(s.execute(conn));
   }

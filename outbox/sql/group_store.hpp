@@ -58,9 +58,7 @@ class SqlGroupStore final : public GroupStore {
 
  private:
   Statement statement() const { return Statement(dialect_, database_clock_); }
-  // "<no number, or one outside 0 … 63, or a fraction where the column keeps one>".
-  std::string unnumbered() const;
-  // " AND message_group = ? AND (partition_no = ? OR <unnumbered()>)": the group's rows (a group
+  // " AND message_group = ? AND (partition_no = ? OR <unnumbered_>)": the group's rows (a group
   // is in one partition, or not yet numbered).
   void of_group(Statement& s, const std::string& message_group) const;
   // " AND <grouped pending> AND ((partition_no = ? AND <its lease live>) OR …)": rows only under
@@ -94,6 +92,8 @@ class SqlGroupStore final : public GroupStore {
   bool database_clock_;
   bool fronts_;
   std::string columns_;
+  // "<no number, or one outside 0 … 63, or a fraction where the column keeps one>".
+  std::string unnumbered_;
   std::mutex assign_mutex_;    // guards assign_cursor_
   std::string assign_cursor_;  // the last group assign_partitions() read ('' : from the start)
 };
