@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <bit>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <unordered_map>
 #include <utility>
@@ -118,9 +120,9 @@ void SqlGroupStore::of_group(Statement& s, const std::string& message_group) con
       .sql(" OR " + unnumbered_ + ")");
 }
 
-void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::string>* groups,
-                                      std::size_t from, std::size_t n,
-                                      const std::string* after) const {
+void SqlGroupStore::unassigned_arms(Statement& s, const std::string& columns,
+                                    const std::vector<std::string>* groups, std::size_t from,
+                                    std::size_t n, const std::string* after) const {
   // Three arms, each one range of the group index: with the three ranges OR-ed, SQLite read the
   // whole table every cycle.
   // A fourth where the column keeps fractions, through the (normally empty) index of such rows.
@@ -129,9 +131,8 @@ void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::strin
   if (const auto fractional = dialect_.fractional_partition(); !fractional.empty()) {
     ranges.push_back(fractional);
   }
-  s.sql("SELECT DISTINCT message_group FROM (");
   for (std::size_t i = 0; i < ranges.size(); ++i) {
-    s.sql(std::string(i == 0 ? "" : " UNION ALL ") + "SELECT message_group FROM " + table_ +
+    s.sql(std::string(i == 0 ? "" : " UNION ALL ") + "SELECT " + columns + " FROM " + table_ +
           " WHERE " + dialect_.group_pending_filter() + " AND " + ranges[i]);
     if (groups != nullptr) {
       s.sql(" AND");
@@ -141,6 +142,13 @@ void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::strin
       s.sql(" AND message_group > ").param(*after);
     }
   }
+}
+
+void SqlGroupStore::select_unassigned(Statement& s, const std::vector<std::string>* groups,
+                                      std::size_t from, std::size_t n,
+                                      const std::string* after) const {
+  s.sql("SELECT DISTINCT message_group FROM (");
+  unassigned_arms(s, "message_group", groups, from, n, after);
   s.sql(") u");
 }
 
@@ -175,26 +183,53 @@ int SqlGroupStore::assign_partitions(Connection& conn,
     assign_cursor_ =
         static_cast<int>(found.size()) < limit ? std::string() : found.back().get_text(0);
   }
-  int assigned = 0;
+  // The groups of partitions held here, and then their rows without a number, by id: read
+  // through the question's arms (each an index range on every engine), numbered by id. One UPDATE
+  // per group with the ranges OR-ed read every pending grouped row for each group on SQLite
+  // without statistics and on MariaDB (17 ms a group at 100,000 rows: 500 groups a cycle held
+  // SQLite's write lock for 9 s, delivered next to nothing and left the application's own
+  // INSERTs waiting up to 30 s).
+  std::vector<std::string> groups;
   for (const auto& row : found) {
     const std::string group = row.get_text(0);
-    const int partition = message_group_partition(group);
-    const auto lease = lease_of.find(partition);
-    if (lease == lease_of.end()) {
-      continue;  // its partition's holder numbers it
+    if (lease_of.contains(message_group_partition(group))) {
+      groups.push_back(group);  // otherwise its partition's holder numbers it
     }
-    // One statement per group: a scan never sees part of a group assigned. Pending rows only
-    // (what the group index holds): a statement over every row of the table read all of it.
-    // Fenced: a claim in the partition reads its runs, then asks which groups still have rows
-    // without a number; a row numbered in between by anyone else would be overtaken.
-    Statement s = statement();
-    s.sql("UPDATE " + table_ + " SET partition_no = ")
-        .param(std::int64_t{partition})
-        .sql(" WHERE " + dialect_.group_pending_filter() + " AND message_group = ")
-        .param(group)
-        .sql(" AND (" + unnumbered_ + ")");
-    append_fence(s, dialect_, lease_table_, *lease->second);
-    assigned += static_cast<int>(s.execute(conn));
+  }
+  if (groups.empty()) {
+    return 0;
+  }
+  std::map<int, std::vector<std::string>> ids_of;  // by partition
+  std::map<int, std::set<std::string>> groups_of;
+  {
+    Statement rows = statement();
+    unassigned_arms(rows, "event_id, message_group", &groups, 0, groups.size());
+    for (const auto& row : rows.query(conn)) {
+      std::string group = row.get_text(1);
+      const int partition = message_group_partition(group);
+      ids_of[partition].push_back(row.get_text(0));
+      groups_of[partition].insert(std::move(group));
+    }
+  }
+  // Fenced: a claim in the partition reads its runs, then asks which groups still have rows
+  // without a number; a row numbered in between by anyone else would be overtaken. A group's rows
+  // numbered in two statements (or its row written after the read, numbered next cycle) are
+  // numbered in part meanwhile: that question keeps the claims behind such a group waiting.
+  constexpr std::size_t kIdsPerUpdate = 512;
+  int assigned = 0;
+  for (const auto& [partition, ids] : ids_of) {
+    const std::vector<std::string> keys(groups_of[partition].begin(), groups_of[partition].end());
+    for (std::size_t from = 0; from < ids.size(); from += kIdsPerUpdate) {
+      Statement s = statement();
+      s.sql("UPDATE " + table_ + " SET partition_no = ")
+          .param(std::int64_t{partition})
+          .sql(" WHERE " + dialect_.group_pending_filter() + " AND (" + unnumbered_ + ") AND");
+      s.ids_in("event_id", ids, from, std::min(kIdsPerUpdate, ids.size() - from));
+      s.sql(" AND");
+      s.ids_in("message_group", keys, 0, keys.size());
+      append_fence(s, dialect_, lease_table_, *lease_of.at(partition));
+      assigned += static_cast<int>(s.execute(conn));
+    }
   }
   return assigned;
 }

@@ -70,6 +70,12 @@ class SqlGroupStore final : public GroupStore {
   std::string live_block() const;
   // "SELECT message_group FROM <block table> WHERE <live> AND message_group IN (…)".
   void select_blocked(Statement& s, const std::vector<std::string>& groups) const;
+  // "SELECT <columns> FROM table WHERE <pending, grouped, one range of unnumbered> … UNION ALL …":
+  // pending rows outside the partitions (written by an outside client), of groups[from, from + n)
+  // when `groups` is given, after `*after` in key order when that is given.
+  void unassigned_arms(Statement& s, const std::string& columns,
+                       const std::vector<std::string>* groups, std::size_t from, std::size_t n,
+                       const std::string* after = nullptr) const;
   // "SELECT DISTINCT message_group FROM (…) u": groups with pending rows outside the partitions
   // (written by an outside client), of groups[from, from + n) when `groups` is given, after
   // `*after` in key order when that is given.
