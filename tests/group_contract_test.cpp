@@ -19,6 +19,7 @@
 #include "outbox/lease_manager.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/group_store.hpp"
+#include "tests/support/delegating_connection.hpp"
 #include "tests/support/group_contract_fixture.hpp"
 
 namespace outbox {
@@ -270,40 +271,33 @@ TEST_P(GroupContract, RowsWrittenWithoutAPartitionGetTheirGroupsPartition) {
 // rows OR-ed scanned every pending grouped row for each group: 17 ms a group at 100,000 rows, and
 // 500 groups a cycle held the write lock for 9 s, so an outside writer's backlog drained at a few
 // events a second and the application's INSERTs waited up to 30 s.)
-class PlanChecking final : public sql::Connection {
+class PlanChecking final : public testing::DelegatingConnection {
  public:
   PlanChecking(sql::Connection& inner, std::string table)
-      : inner_(inner), table_(std::move(table)) {}
+      : DelegatingConnection(inner), table_(std::move(table)) {}
   std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
     check(sql, params);
-    return inner_.execute(sql, params);
+    return inner().execute(sql, params);
   }
   std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
     check(sql, params);
-    return inner_.query(sql, params);
+    return inner().query(sql, params);
   }
-  void begin() override { inner_.begin(); }
-  void commit() override { inner_.commit(); }
-  void rollback() override { inner_.rollback(); }
-  bool in_transaction() const override { return inner_.in_transaction(); }
-  std::string_view dialect() const override { return inner_.dialect(); }
-  bool single_writer() const override { return inner_.single_writer(); }
   std::vector<std::string> scans;  // "statement: plan step" of each read of the whole table
   int statements = 0;
 
  private:
   void check(std::string_view sql, std::span<const sql::Value> params) {
     ++statements;
-    for (const auto& step : inner_.query("EXPLAIN QUERY PLAN " + std::string(sql), params)) {
+    const std::string scan = "SCAN " + table_;
+    for (const auto& step : inner().query("EXPLAIN QUERY PLAN " + std::string(sql), params)) {
       const std::string detail = step.get_text(3);
-      const std::string scan = "SCAN " + table_;
       if (detail.rfind(scan, 0) == 0 &&
           (detail.size() == scan.size() || detail[scan.size()] == ' ')) {
         scans.push_back(std::string(sql.substr(0, 120)) + ": " + detail);
       }
     }
   }
-  sql::Connection& inner_;
   std::string table_;
 };
 

@@ -207,10 +207,7 @@ TEST_P(GroupHandoverRaces,
   b.leases->keep(partition_lease_name(q));
   b.leases->start();
   ASSERT_TRUE(wait_until([&] { return b.leases->token(partition_lease_name(q)).has_value(); }));
-  const auto& engine = GetParam().name;
-  const std::string now = engine == "sqlite"     ? "0"
-                          : engine == "postgres" ? "now()"
-                                                 : "UTC_TIMESTAMP(6)";
+  const std::string now = sql_now();
   auto row_sql = [&](const std::string& id, int n, int partition_no) {
     return "('" + id + "', 'E', NULL, '{\"n\":" + std::to_string(n) + "}', NULL, 0, 0, " + now +
            ", " + now + ", '" + group + "', " + std::to_string(partition_no) + ")";
@@ -263,10 +260,7 @@ TEST_P(GroupHandoverRaces,
         ASSERT_TRUE(leases->acquire(*conn, partition_lease_name(p), "node-crashed", 60s));
       }
     }
-    const auto& engine = GetParam().name;
-    const std::string now = engine == "sqlite"     ? "0"
-                            : engine == "postgres" ? "now()"
-                                                   : "UTC_TIMESTAMP(6)";
+    const std::string now = sql_now();
     std::string sql = "INSERT INTO " + table_ +
                       " (event_id, event_type, aggregate_type, payload, headers, status, "
                       "attempts, available_at, created_at, message_group, partition_no) VALUES ";

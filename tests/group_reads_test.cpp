@@ -15,6 +15,7 @@
 
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/group_store.hpp"
+#include "tests/support/delegating_connection.hpp"
 #include "tests/support/group_contract_fixture.hpp"
 
 namespace outbox {
@@ -141,28 +142,16 @@ TEST_P(GroupReads, AFrontIsAPartitionsFirstRowsInInsertOrderAndRunsAreEachGroups
 // SQL promises no order of a UNION ALL without an ORDER BY over the whole. Through a connection
 // that hands a union's rows back reversed (as an engine may, e.g. from a parallel plan), the
 // scan, the front and the runs read what they read through the engine's own order.
-class ReversedUnions final : public sql::Connection {
+class ReversedUnions final : public testing::DelegatingConnection {
  public:
-  explicit ReversedUnions(sql::Connection& inner) : inner_(inner) {}
-  std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
-    return inner_.execute(sql, params);
-  }
+  using DelegatingConnection::DelegatingConnection;
   std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
-    auto rows = inner_.query(sql, params);
+    auto rows = inner().query(sql, params);
     if (sql.find("UNION ALL") != std::string_view::npos) {
       std::reverse(rows.begin(), rows.end());
     }
     return rows;
   }
-  void begin() override { inner_.begin(); }
-  void commit() override { inner_.commit(); }
-  void rollback() override { inner_.rollback(); }
-  bool in_transaction() const override { return inner_.in_transaction(); }
-  std::string_view dialect() const override { return inner_.dialect(); }
-  bool single_writer() const override { return inner_.single_writer(); }
-
- private:
-  sql::Connection& inner_;
 };
 
 TEST_P(GroupReads, TheGroupReadsDoNotDependOnTheOrderOfAUnionsRows) {
