@@ -9,7 +9,6 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <span>
 #include <string>
 #include <tuple>
 #include <variant>
@@ -19,8 +18,8 @@
 #include "outbox/lease_manager.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/group_store.hpp"
-#include "tests/support/delegating_connection.hpp"
 #include "tests/support/group_contract_fixture.hpp"
+#include "tests/support/plan_checking.hpp"
 
 namespace outbox {
 namespace {
@@ -30,6 +29,7 @@ using testing::grouped;
 using testing::ids_of;
 using testing::keys_of_partition;
 using testing::plain;
+using testing::PlanChecking;
 
 class GroupContract : public testing::GroupContractFixture {};
 
@@ -266,44 +266,13 @@ TEST_P(GroupContract, RowsWrittenWithoutAPartitionGetTheirGroupsPartition) {
                std::invalid_argument);
 }
 
-// On SQLite, the statements that number the rows written without a partition, each asked for its
-// plan as it runs: none reads the table whole. (One UPDATE a group with the ranges of unnumbered
-// rows OR-ed scanned every pending grouped row for each group: 17 ms a group at 100,000 rows, and
-// 500 groups a cycle held the write lock for 9 s, so an outside writer's backlog drained at a few
-// events a second and the application's INSERTs waited up to 30 s.)
-class PlanChecking final : public testing::DelegatingConnection {
- public:
-  PlanChecking(sql::Connection& inner, std::string table)
-      : DelegatingConnection(inner), table_(std::move(table)) {}
-  std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
-    check(sql, params);
-    return inner().execute(sql, params);
-  }
-  std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
-    check(sql, params);
-    return inner().query(sql, params);
-  }
-  std::vector<std::string> scans;  // "statement: plan step" of each read of the whole table
-  int statements = 0;
-
- private:
-  void check(std::string_view sql, std::span<const sql::Value> params) {
-    ++statements;
-    const std::string scan = "SCAN " + table_;
-    for (const auto& step : inner().query("EXPLAIN QUERY PLAN " + std::string(sql), params)) {
-      const std::string detail = step.get_text(3);
-      if (detail.rfind(scan, 0) == 0 &&
-          (detail.size() == scan.size() || detail[scan.size()] == ' ')) {
-        scans.push_back(std::string(sql.substr(0, 120)) + ": " + detail);
-      }
-    }
-  }
-  std::string table_;
-};
-
 // Rows other clients wrote without a number (or with one outside 0 … 63, or, on SQLite, a
 // fraction), among many numbered rows: the holder of their partitions numbers them all, and only
-// them; a partition it does not hold keeps its rows as they are.
+// them; a partition it does not hold keeps its rows as they are. On SQLite, no statement of it
+// reads the table whole (testing::PlanChecking): one UPDATE a group with the ranges of unnumbered
+// rows OR-ed scanned every pending grouped row for each group (17 ms a group at 100,000 rows, and
+// 500 groups a cycle held the write lock for 9 s, so an outside writer's backlog drained at a few
+// events a second and the application's INSERTs waited up to 30 s).
 TEST_P(GroupContract, PartitionsAreNumberedForTheUnnumberedRowsOnlyAndWithoutReadingTheTable) {
   auto conn = pool_->acquire();
   const std::string now =

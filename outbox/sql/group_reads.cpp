@@ -23,21 +23,20 @@ void SqlGroupStore::select_scan_row(Statement& s, Timestamp now, std::size_t arm
            " AS arm FROM " + table_ + " WHERE " + dialect_.group_pending_filter());
 }
 
-namespace {
-
-// Opens arm `i` of a UNION ALL whose arms each have their own ORDER BY and LIMIT: parenthesized
-// where the engine allows it; as a derived table, which MariaDB materialized one by one (64
-// temporary tables a statement, a quarter of the statement's time), only on SQLite.
-void open_arm(Statement& s, const Dialect& dialect, std::size_t i) {
+// Parenthesized where the engine allows it; as a derived table, which MariaDB materialized one by
+// one (64 temporary tables a statement, a quarter of the statement's time), only on SQLite.
+void SqlGroupStore::open_arm(Statement& s, std::size_t i) const {
   if (i > 0) {
     s.sql(" UNION ALL ");
   }
-  s.sql(dialect.parenthesized_arms() ? "(" : "SELECT * FROM (");
+  s.sql(dialect_.parenthesized_arms() ? "(" : "SELECT * FROM (");
 }
 
-void close_arm(Statement& s, const Dialect& dialect, const std::string& alias) {
-  s.sql(dialect.parenthesized_arms() ? ")" : ") " + alias);
+void SqlGroupStore::close_arm(Statement& s, const std::string& alias) const {
+  s.sql(dialect_.parenthesized_arms() ? ")" : ") " + alias);
 }
+
+namespace {
 
 // How an arm orders its rows: a group's rows together (groups in the order the arm gives them,
 // which is the column's collation) or by seq alone.
@@ -108,18 +107,18 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
     if (r.partition != empty_key_partition) {
       continue;
     }
-    open_arm(s, dialect_, arm);
+    open_arm(s, arm);
     select_scan_row(s, now, arm);
     s.sql(" AND partition_no = ")
         .param(std::int64_t{r.partition})
         .sql(" AND message_group = '' ORDER BY " + dialect_.group_order_column() + " LIMIT " +
              std::to_string(std::max(1, r.limit)));
-    close_arm(s, dialect_, "e");
+    close_arm(s, "e");
     ++arm;
   }
   for (std::size_t i = 0; i < ranges.size(); ++i, ++arm) {
     const auto& r = ranges[i];
-    open_arm(s, dialect_, arm);
+    open_arm(s, arm);
     select_scan_row(s, now, arm);
     s.sql(" AND partition_no = ")
         .param(std::int64_t{r.partition})
@@ -130,7 +129,7 @@ std::vector<GroupScanRow> SqlGroupStore::scan(Connection& conn,
     // than running them).
     s.sql(" ORDER BY message_group, " + dialect_.group_order_column() + " LIMIT " +
           std::to_string(std::max(1, r.limit)));
-    close_arm(s, dialect_, "p" + std::to_string(i));
+    close_arm(s, "p" + std::to_string(i));
   }
   return scan_rows(s, conn, ArmOrder::ByGroup);
 }
@@ -144,13 +143,13 @@ std::vector<GroupScanRow> SqlGroupStore::front(Connection& conn, const std::vect
   // many partitions and rows, so it is prepared once.
   Statement s = statement();
   for (std::size_t i = 0; i < partitions.size(); ++i) {
-    open_arm(s, dialect_, i);
+    open_arm(s, i);
     select_scan_row(s, now, i);
     s.sql(" AND partition_no = ")
         .param(std::int64_t{partitions[i]})
         .sql(" ORDER BY " + dialect_.group_order_column() + " LIMIT " +
              std::to_string(std::max(1, rows_each)));
-    close_arm(s, dialect_, "f" + std::to_string(i));
+    close_arm(s, "f" + std::to_string(i));
   }
   return scan_rows(s, conn, ArmOrder::BySeq);
 }
@@ -180,7 +179,7 @@ std::vector<GroupScanRow> SqlGroupStore::runs(Connection& conn,
     Statement s = statement();
     for (std::size_t i = 0; i < arms; ++i) {
       const auto& [partition, group] = groups[from + std::min(i, n - 1)];
-      open_arm(s, dialect_, i);
+      open_arm(s, i);
       select_scan_row(s, now, i);
       s.sql(" AND partition_no = ")
           .param(std::int64_t{partition})
@@ -188,7 +187,7 @@ std::vector<GroupScanRow> SqlGroupStore::runs(Connection& conn,
           .param(group)
           .sql(" ORDER BY message_group, " + dialect_.group_order_column() + " LIMIT " +
                std::to_string(std::max(1, per_group)));
-      close_arm(s, dialect_, "r" + std::to_string(i));
+      close_arm(s, "r" + std::to_string(i));
     }
     auto rows = scan_rows(s, conn, ArmOrder::ByGroup);
     if (arms > n) {

@@ -111,13 +111,54 @@ SqlGroupStore::SqlGroupStore(const Dialect& dialect, std::string table, bool dat
   columns_ = internal::event_columns(dialect_, true);
   const auto fractional = dialect_.fractional_partition();
   unnumbered_ = fractional.empty() ? kUnnumbered : kUnnumbered + " OR " + fractional;
+  for (int p = 0; p < kMessageGroupPartitions; ++p) {
+    std::string in;
+    for (int q = 0; q < kMessageGroupPartitions; ++q) {
+      if (q != p) {
+        in += (in.empty() ? "" : ", ") + std::to_string(q);
+      }
+    }
+    other_partitions_.push_back("partition_no IN (" + in + ")");
+  }
 }
 
-void SqlGroupStore::of_group(Statement& s, const std::string& message_group) const {
-  s.sql(" AND message_group = ").param(message_group);
-  s.sql(" AND (partition_no = ")
-      .param(std::int64_t{message_group_partition(message_group)})
-      .sql(" OR " + unnumbered_ + ")");
+std::vector<std::string> SqlGroupStore::unnumbered_ranges() const {
+  std::vector<std::string> ranges = {"partition_no IS NULL", "partition_no < 0",
+                                     "partition_no >= " + std::to_string(kMessageGroupPartitions)};
+  if (const auto fractional = dialect_.fractional_partition(); !fractional.empty()) {
+    ranges.push_back(fractional);
+  }
+  return ranges;
+}
+
+void SqlGroupStore::group_arms(Statement& s, const std::string& columns,
+                               const std::string& message_group, std::optional<std::int64_t> after,
+                               int limit) const {
+  auto ranges = unnumbered_ranges();
+  ranges.insert(ranges.begin(),
+                "partition_no = " + std::to_string(message_group_partition(message_group)));
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    if (limit > 0) {
+      open_arm(s, i);
+    } else if (i > 0) {
+      s.sql(" UNION ALL ");
+    }
+    s.sql("SELECT " + columns + " FROM " + table_ + " WHERE " + dialect_.group_pending_filter() +
+          " AND " + ranges[i] + " AND message_group = ")
+        .param(message_group);
+    if (after) {
+      s.sql(" AND " + dialect_.group_order_column() + " > ").param(*after);
+    }
+    if (limit > 0) {
+      // The arms of a range of numbers (< 0, >= 64) sort their few rows: ordered by the column
+      // itself, SQLite read the whole table in its order for a LIMIT above a few rows.
+      const bool ranged =
+          ranges[i].find('<') != std::string::npos || ranges[i].find(">=") != std::string::npos;
+      s.sql(" ORDER BY " + dialect_.group_order_column() + (ranged ? " + 0" : "") + " LIMIT " +
+            std::to_string(limit));
+      close_arm(s, "g" + std::to_string(i));
+    }
+  }
 }
 
 void SqlGroupStore::unassigned_arms(Statement& s, const std::string& columns,
@@ -126,11 +167,7 @@ void SqlGroupStore::unassigned_arms(Statement& s, const std::string& columns,
   // Three arms, each one range of the group index: with the three ranges OR-ed, SQLite read the
   // whole table every cycle.
   // A fourth where the column keeps fractions, through the (normally empty) index of such rows.
-  std::vector<std::string> ranges = {"partition_no IS NULL", "partition_no < 0",
-                                     "partition_no >= " + std::to_string(kMessageGroupPartitions)};
-  if (const auto fractional = dialect_.fractional_partition(); !fractional.empty()) {
-    ranges.push_back(fractional);
-  }
+  const auto ranges = unnumbered_ranges();
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     s.sql(std::string(i == 0 ? "" : " UNION ALL ") + "SELECT " + columns + " FROM " + table_ +
           " WHERE " + dialect_.group_pending_filter() + " AND " + ranges[i]);
@@ -309,12 +346,10 @@ int SqlGroupStore::repartition(Connection& conn, const std::string& group) {
       .param(partition)
       .sql(" WHERE message_group = ")
       .param(group)
-      .sql(" AND partition_no <> ")
-      .param(partition)
       // In range only: a number outside 0 … 63 counts as none, and only the partition's holder
       // numbers those (assign_partitions, fenced).
-      .sql(" AND partition_no >= 0 AND partition_no < " + std::to_string(kMessageGroupPartitions) +
-           " AND " + pending_statuses());
+      .sql(" AND " + other_partitions_[static_cast<std::size_t>(partition)] + " AND " +
+           pending_statuses());
   if (const auto fractional = dialect_.fractional_partition(); !fractional.empty()) {
     s.sql(" AND NOT (" + fractional + ")");
   }
@@ -472,17 +507,38 @@ int SqlGroupStore::dead_letter(Connection& conn, std::string_view event_id,
 int SqlGroupStore::kill_group(Connection& conn, const std::string& message_group,
                               const std::string& error, Timestamp now,
                               std::optional<std::int64_t> after) {
-  Statement s = statement();
-  s.sql("UPDATE " + table_ + " SET status = " + status_sql(EventStatus::Dead) + ", last_error = ")
-      .param(error)
-      .sql(", done_at = ")
-      .now(now)
-      .sql(", locked_by = NULL, locked_at = NULL WHERE " + dialect_.group_pending_filter());
-  of_group(s, message_group);
-  if (after) {
-    s.sql(" AND " + dialect_.group_order_column() + " > ").param(*after);
+  // The group's rows read through its arms a page at a time, then taken by id: one UPDATE with
+  // the unnumbered ranges OR-ed read every pending grouped row on SQLite, holding the write lock
+  // (a second at a million rows) for each dead-lettered group. Each page's rows leave the pending
+  // rows, so the next read finds the rest.
+  constexpr int kPage = 4096;
+  constexpr std::size_t kIdsPerUpdate = 512;
+  int changed = 0;
+  for (;;) {
+    Statement read = statement();
+    group_arms(read, "event_id", message_group, after);
+    read.sql(" LIMIT " + std::to_string(kPage));
+    const auto ids = texts(read, conn);
+    int changed_now = 0;
+    for (std::size_t from = 0; from < ids.size(); from += kIdsPerUpdate) {
+      Statement s = statement();
+      s.sql("UPDATE " + table_ + " SET status = " + status_sql(EventStatus::Dead) +
+            ", last_error = ")
+          .param(error)
+          .sql(", done_at = ")
+          .now(now)
+          .sql(", locked_by = NULL, locked_at = NULL WHERE " + dialect_.group_pending_filter() +
+               " AND");
+      s.ids_in("event_id", ids, from, std::min(kIdsPerUpdate, ids.size() - from));
+      changed_now += static_cast<int>(s.execute(conn));
+    }
+    changed += changed_now;
+    // Fewer than a page: that was the rest. None taken (each taken by another since the read):
+    // what is left is no longer pending.
+    if (ids.size() < static_cast<std::size_t>(kPage) || changed_now == 0) {
+      break;
+    }
   }
-  const int changed = static_cast<int>(s.execute(conn));
   unblock(conn, message_group);
   return changed;
 }
@@ -495,29 +551,35 @@ void SqlGroupStore::unblock(Connection& conn, const std::string& message_group) 
 
 std::optional<GroupInfo> SqlGroupStore::find(Connection& conn, std::string_view message_group) {
   const std::string group(message_group);
+  // Each arm's first row, the earliest of them the head.
   Statement s = statement();
-  s.sql("SELECT event_id, event_type, attempts, last_error, " + dialect_.micros("created_at") +
-        ", partition_no FROM " + table_ + " WHERE " + dialect_.group_pending_filter());
-  of_group(s, group);
-  s.sql(" ORDER BY " + dialect_.group_order_column() + " LIMIT 1");
-  const auto head = s.query(conn);
-  if (head.empty()) {
+  group_arms(s,
+             "event_id, event_type, attempts, last_error, " + dialect_.micros("created_at") +
+                 ", partition_no, " + dialect_.group_order_column(),
+             group, std::nullopt, 1);
+  const auto heads = s.query(conn);
+  if (heads.empty()) {
     return std::nullopt;
   }
+  const auto head = std::min_element(heads.begin(), heads.end(), [](const Row& a, const Row& b) {
+    return a.get_int(6) < b.get_int(6);
+  });
   GroupInfo info;
   info.message_group = group;
-  info.head_event_id = head[0].get_text(0);
-  info.head_event_type = head[0].get_text(1);
-  info.attempts = static_cast<int>(head[0].get_int(2));
-  info.last_error = head[0].get_optional_text(3);
-  info.head_created_at = from_micros(head[0].get_int(4));
-  if (auto p = head[0].get_optional_int(5)) {
+  info.head_event_id = head->get_text(0);
+  info.head_event_type = head->get_text(1);
+  info.attempts = static_cast<int>(head->get_int(2));
+  info.last_error = head->get_optional_text(3);
+  info.head_created_at = from_micros(head->get_int(4));
+  if (auto p = head->get_optional_int(5)) {
     info.partition = static_cast<int>(*p);
   }
   Statement count = statement();
-  count.sql("SELECT COUNT(*) FROM " + table_ + " WHERE " + dialect_.group_pending_filter());
-  of_group(count, group);
-  info.pending = count.query(conn)[0].get_int(0);
+  group_arms(count, "COUNT(*)", group);
+  info.pending = 0;
+  for (const auto& row : count.query(conn)) {
+    info.pending += row.get_int(0);
+  }
   Statement blocked = statement();
   blocked
       .sql("SELECT " + dialect_.micros("blocked_at") + " FROM " + block_table_ + " WHERE " +

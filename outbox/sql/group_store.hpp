@@ -2,8 +2,11 @@
 // The message-group store written once over a Dialect: scans of a partition, fenced claims of
 // group heads, blocked groups and the operators' actions.
 
+#include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "outbox/groups.hpp"
 #include "outbox/sql/dialect.hpp"
@@ -58,9 +61,20 @@ class SqlGroupStore final : public GroupStore {
 
  private:
   Statement statement() const { return Statement(dialect_, database_clock_); }
-  // " AND message_group = ? AND (partition_no = ? OR <unnumbered_>)": the group's rows (a group
-  // is in one partition, or not yet numbered).
-  void of_group(Statement& s, const std::string& message_group) const;
+  // The ranges of partition_no that hold no number (none, one outside 0 … 63, a fraction where
+  // the column keeps one): each one range of the group index on every engine.
+  std::vector<std::string> unnumbered_ranges() const;
+  // "SELECT <columns> FROM table WHERE <grouped pending> AND <range> AND message_group = ? …
+  // UNION ALL …": the group's pending rows, an arm for its partition and one per unnumbered range
+  // (each an index range; with the ranges OR-ed, SQLite read every pending grouped row). Only rows
+  // after `after` in insert order when given; when limit > 0, each arm its first `limit` rows in
+  // insert order (a derived table each where the engine needs one).
+  void group_arms(Statement& s, const std::string& columns, const std::string& message_group,
+                  std::optional<std::int64_t> after = std::nullopt, int limit = 0) const;
+  // Opens arm `i` of a UNION ALL whose arms each have their own ORDER BY and LIMIT, and closes it
+  // (aliased `alias` where the engine needs a derived table).
+  void open_arm(Statement& s, std::size_t i) const;
+  void close_arm(Statement& s, const std::string& alias) const;
   // " AND <grouped pending> AND ((partition_no = ? AND <its lease live>) OR …)": rows only under
   // their own partition's lease, live in the database with that epoch.
   // `share_lock` as append_fence_condition: true for a write.
@@ -100,6 +114,9 @@ class SqlGroupStore final : public GroupStore {
   std::string columns_;
   // "<no number, or one outside 0 … 63, or a fraction where the column keeps one>".
   std::string unnumbered_;
+  // "partition_no IN (<every partition but p>)" for each partition p: a number in range but not
+  // the key's own, read as 63 index ranges (a range over 0 … 63 read every pending grouped row).
+  std::vector<std::string> other_partitions_;
   std::mutex assign_mutex_;    // guards assign_cursor_
   std::string assign_cursor_;  // the last group assign_partitions() read ('' : from the start)
 };

@@ -1,0 +1,55 @@
+#pragma once
+// On SQLite, a connection that asks for each statement's plan as it runs it and records every
+// step that reads the table whole, a range of it in rowid order, or a range of partition numbers:
+// the statements a test runs through it are asked to use an index range of what they need.
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "tests/support/delegating_connection.hpp"
+
+namespace outbox::testing {
+
+class PlanChecking final : public DelegatingConnection {
+ public:
+  PlanChecking(sql::Connection& inner, std::string table)
+      : DelegatingConnection(inner), table_(std::move(table)) {}
+  std::int64_t execute(std::string_view sql, std::span<const sql::Value> params) override {
+    check(sql, params);
+    return inner().execute(sql, params);
+  }
+  std::vector<sql::Row> query(std::string_view sql, std::span<const sql::Value> params) override {
+    check(sql, params);
+    return inner().query(sql, params);
+  }
+  std::vector<std::string> scans;  // "statement: plan step" of each such read
+  int statements = 0;
+
+ private:
+  void check(std::string_view sql, std::span<const sql::Value> params) {
+    ++statements;
+    const std::string scan = "SCAN " + table_;
+    // A range of the rowid reads the table in its order too: from an old row on, most of it.
+    const std::string rowid_range = "SEARCH " + table_ + " USING INTEGER PRIMARY KEY (rowid";
+    for (const auto& step : inner().query("EXPLAIN QUERY PLAN " + std::string(sql), params)) {
+      const std::string detail = step.get_text(3);
+      const bool whole = detail.rfind(scan, 0) == 0 &&
+                         (detail.size() == scan.size() || detail[scan.size()] == ' ');
+      const bool ranged = detail.rfind(rowid_range, 0) == 0 && detail.size() > rowid_range.size() &&
+                          detail[rowid_range.size()] != '=';
+      // Every partition's rows but a few: a group's rows are in one partition.
+      const bool partitions =
+          detail.find("(partition_no>? AND partition_no<?)") != std::string::npos;
+      if (whole || ranged || partitions) {
+        scans.push_back(std::string(sql.substr(0, 120)) + ": " + detail);
+      }
+    }
+  }
+  std::string table_;
+};
+
+}  // namespace outbox::testing
