@@ -137,6 +137,12 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
                " (partition_no, message_group, stream_seq) WHERE " + sql::pending_statuses() +
                " AND message_group IS NOT NULL");
   require_index(conn, table, groups);
+  // Grouped pending rows that have failed (schema version 12), which `groups list` and GET
+  // /api/groups look for: without it they read every pending grouped row. Empty while nothing
+  // fails.
+  conn.execute("CREATE INDEX IF NOT EXISTS " + derived_name(table, "_groups_failing") + " ON " +
+               table + " (message_group) WHERE " + sql::pending_statuses() +
+               " AND message_group IS NOT NULL AND attempts > 0");
   conn.execute("CREATE TABLE IF NOT EXISTS " + sql::group_block_table_name(table) +
                " (message_group TEXT PRIMARY KEY, event_id TEXT NOT NULL, "
                "partition_no SMALLINT, blocked_at TIMESTAMPTZ NOT NULL, "
