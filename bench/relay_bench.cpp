@@ -2,7 +2,7 @@
 //
 //   outbox-relay-bench --db=URL [--publisher=kafka|http|http-batch|log] [--events=N]
 //                      [--workers=W] [--batch=B] [--payload=BYTES] [--groups=G] [--per-group=K]
-//                      [--latency-ms=D]
+//                      [--latency-ms=D] [--queue=Q]
 //
 // N events are inserted first; then a Relay (the library behind `outbox relay`, in this process)
 // claims and publishes them to librdkafka's mock cluster, a loopback HTTP server (cpp-httplib), or
@@ -11,7 +11,8 @@
 // DONE, when the first was delivered and the rate from then on (steady), peak RSS. Progress goes to
 // stderr once a second. With D > 0 the HTTP receiver takes D ms per request (an endpoint that does
 // some work) and the Kafka brokers answer D ms late (a network between): the drain then waits on
-// the far side rather than on the relay's CPU. Exits non-zero if an event is not delivered.
+// the far side rather than on the relay's CPU. Q sets dispatcher.queue (default B × W). Exits
+// non-zero if an event is not delivered.
 
 #include <sys/resource.h>
 
@@ -36,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 struct Args {
   std::string db, publisher = "kafka";
   int events = 50000, workers = 16, batch = 500, payload = 200, groups = 0, per_group = 10,
-      latency_ms = 0;
+      latency_ms = 0, queue = 0;  // queue 0: batch × workers
 };
 
 Args parse(int argc, char** argv) {
@@ -65,15 +66,17 @@ Args parse(int argc, char** argv) {
       a.per_group = std::atoi(v);
     else if (auto v = value("latency-ms"))
       a.latency_ms = std::atoi(v);
+    else if (auto v = value("queue"))
+      a.queue = std::atoi(v);
     else
       throw std::invalid_argument("unknown argument " + arg);
   }
   if (a.db.empty() || a.events <= 0 || a.workers <= 0 || a.batch <= 0 || a.groups < 0 ||
-      a.per_group <= 0 || a.latency_ms < 0) {
+      a.per_group <= 0 || a.latency_ms < 0 || a.queue < 0) {
     throw std::invalid_argument(
         "usage: outbox-relay-bench --db=URL [--publisher=kafka|http|"
         "http-batch|log] [--events=N] [--workers=W] [--batch=B] [--payload=BYTES] [--groups=G] "
-        "[--per-group=K] [--latency-ms=D]");
+        "[--per-group=K] [--latency-ms=D] [--queue=Q]");
   }
   return a;
 }
@@ -125,7 +128,8 @@ int main(int argc, char** argv) try {
   config.poller.batch = args.batch;
   config.dispatcher.workers = args.workers;
   config.dispatcher.batch = args.batch;
-  config.dispatcher.queue = static_cast<std::size_t>(args.batch) * args.workers;
+  config.dispatcher.queue =
+      static_cast<std::size_t>(args.queue > 0 ? args.queue : args.batch * args.workers);
   config.admin.enabled = false;
   config.groups.per_group = args.per_group;
   outbox::relay::PublisherConfig publisher{.name = "p"};

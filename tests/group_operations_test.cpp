@@ -113,8 +113,41 @@ TEST_P(GroupOperations, TheActionsOnAGroupTakeItsUnnumberedRowsAndReadOnlyTheGro
   EXPECT_EQ(count("message_group = 'misfiled' AND partition_no = " + own("misfiled")), 1);
 }
 
-// More rows than one page of the read, numbered and unnumbered by turns: every one after the
-// failed head goes DEAD with it, whatever arm it came from, and no other group's.
+// SQLite keeps whatever another client writes into partition_no: text, fractions, reals past
+// any integer. Each row counts once, in the one arm it belongs to (-0.5 and 64.5 matched two,
+// and were counted twice), and a head holding such a value is shown and acted on (its value made
+// show, retry and skip-head fail on reading it as an integer).
+TEST_P(GroupOperations, OnSqliteAnyValueOfThePartitionNumberCountsOnceAndNeverFailsAnAction) {
+  if (!engine_is("sqlite")) {
+    GTEST_SKIP() << "the other engines' column holds whole numbers only";
+  }
+  insert({{"odd-0", "odd", "'x'"},
+          {"odd-1", "odd", "-0.5"},
+          {"odd-2", "odd", "64.5"},
+          {"odd-3", "odd", "0.5"},
+          {"odd-4", "odd", own("odd")},
+          {"odd-5", "odd", "1e300"}});
+  auto conn = pool_->acquire();
+  auto* c = &watched(*conn);
+  const auto now = Clock::system()->now();
+  const auto info = groups_->find(*c, "odd");
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->head_event_id, "odd-0");
+  EXPECT_EQ(info->pending, 6);
+  EXPECT_FALSE(info->partition.has_value());
+  EXPECT_TRUE(groups_->retry(*c, "odd", now));
+  EXPECT_EQ(groups_->skip_head(*c, "odd", now), std::optional<std::string>("odd-0"));
+  const auto next = groups_->find(*c, "odd");
+  EXPECT_EQ(next->head_event_id, "odd-1");
+  EXPECT_FALSE(next->partition.has_value());
+  EXPECT_EQ(next->pending, 5);
+  EXPECT_EQ(groups_->dead_letter_group(*c, "odd", now), 5);
+  EXPECT_EQ(checking_->scans, std::vector<std::string>{});
+  EXPECT_EQ(count("message_group = 'odd' AND status = 3"), 6);
+}
+
+// Thousands of rows, numbered and unnumbered by turns: every one after the failed head goes DEAD
+// with it, whatever arm it came from, and no other group's.
 TEST_P(GroupOperations, ADeadLetteredGroupOfThousandsOfRowsGoesDeadWhole) {
   std::vector<Written> rows = {{"big-0", "big", own("big")}};
   for (int i = 1; i < 9000; ++i) {

@@ -154,11 +154,11 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table,
     step(11, "partition numbers that are not whole numbers count as none");
     engine.create_group_schema(conn, table);
   }
-  // Version 12: an index of the grouped rows that have failed, which an operator's list of groups
-  // reads (SQLite and PostgreSQL; MariaDB has no partial indexes, and its list reads the pending
-  // grouped rows).
+  // Version 12: indexes of the grouped rows that have failed, which an operator's list of groups
+  // reads, and of those numbered outside the partitions, which an action on one group reads
+  // (SQLite and PostgreSQL; MariaDB has no partial indexes, and reads the pending grouped rows).
   if (result.from < 12 && dialect.name() != "mysql") {
-    step(12, "grouped rows that have failed indexed");
+    step(12, "grouped rows that have failed or are numbered outside the partitions indexed");
     engine.create_group_schema(conn, table);
   }
   if (result.from == 0) {

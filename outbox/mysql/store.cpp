@@ -43,6 +43,7 @@ class MySqlDialect final : public sql::Dialect {
   std::string pending_filter() const override { return "pending_at IS NOT NULL"; }
   std::string group_pending_filter() const override { return "group_pending = 1"; }
   std::string group_order_column() const override { return "stream_id"; }
+  bool update_through_derived_table() const override { return true; }
   std::string terminal_column() const override { return "terminal_at"; }
   std::string terminal_filter() const override { return "terminal_at IS NOT NULL"; }
   std::string terminal_order_column() const override { return "terminal_at"; }

@@ -137,6 +137,11 @@ void create_group_schema(sql::Connection& conn, const std::string& table) {
                " (partition_no, message_group, stream_seq) WHERE " + sql::pending_statuses() +
                " AND message_group IS NOT NULL");
   require_index(conn, table, groups);
+  // Grouped pending rows numbered outside the partitions (schema version 12; normally empty):
+  // an action on one group reads its such rows here.
+  conn.execute("CREATE INDEX IF NOT EXISTS " + derived_name(table, "_groups_outside") + " ON " +
+               table + " (message_group) WHERE " + sql::pending_statuses() +
+               " AND message_group IS NOT NULL AND " + sql::group_partition_out_of_range());
   // Grouped pending rows that have failed (schema version 12), which `groups list` and GET
   // /api/groups look for: without it they read every pending grouped row. Empty while nothing
   // fails.

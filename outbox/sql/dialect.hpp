@@ -73,6 +73,11 @@ class Dialect {
   /// True when an arm of a UNION ALL may be a parenthesized SELECT with its own ORDER BY and
   /// LIMIT; false wraps each arm in a derived table (SQLite).
   virtual bool parenthesized_arms() const { return true; }
+  /// True when an UPDATE of rows a SELECT of the same table chooses is written
+  /// "UPDATE (<select>) d STRAIGHT_JOIN <table> t ON t.event_id = d.event_id SET t.… WHERE t.…"
+  /// (MariaDB, which plans "event_id IN (<select>)" as a subquery per row of a table scan);
+  /// false: "UPDATE <table> SET … WHERE … AND event_id IN (<select>)".
+  virtual bool update_through_derived_table() const { return false; }
   /// True when grouped rows are also indexed per partition in insert order (schema version 9) and
   /// a claim reads each partition's front there. Only where settled rows leave that index at once
   /// (SQLite): PostgreSQL's index keeps them until a vacuum and InnoDB's until its purge, and a

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 
 #include "outbox/envelope.hpp"
 #include "outbox/internal/event_row.hpp"
@@ -100,6 +102,10 @@ std::string group_block_table_name(const std::string& table) {
   return derived_name(table, "_group_block");
 }
 
+std::string group_partition_out_of_range() {
+  return "(partition_no < 0 OR partition_no >= " + std::to_string(kMessageGroupPartitions) + ")";
+}
+
 SqlGroupStore::SqlGroupStore(const Dialect& dialect, std::string table, bool database_clock)
     : dialect_(dialect),
       table_(std::move(table)),
@@ -123,10 +129,13 @@ SqlGroupStore::SqlGroupStore(const Dialect& dialect, std::string table, bool dat
 }
 
 std::vector<std::string> SqlGroupStore::unnumbered_ranges() const {
-  std::vector<std::string> ranges = {"partition_no IS NULL", "partition_no < 0",
-                                     "partition_no >= " + std::to_string(kMessageGroupPartitions)};
+  // Disjoint, so that a count over them counts a row once: a fraction only in range (-0.5 is
+  // below it), tested on each row the index of fractions gives (`+`: with the range as an index
+  // range, SQLite read every partition's rows for it).
+  std::vector<std::string> ranges = {"partition_no IS NULL", group_partition_out_of_range()};
   if (const auto fractional = dialect_.fractional_partition(); !fractional.empty()) {
-    ranges.push_back(fractional);
+    ranges.push_back(fractional + " AND +partition_no >= 0 AND +partition_no < " +
+                     std::to_string(kMessageGroupPartitions));
   }
   return ranges;
 }
@@ -507,38 +516,34 @@ int SqlGroupStore::dead_letter(Connection& conn, std::string_view event_id,
 int SqlGroupStore::kill_group(Connection& conn, const std::string& message_group,
                               const std::string& error, Timestamp now,
                               std::optional<std::int64_t> after) {
-  // The group's rows read through its arms a page at a time, then taken by id: one UPDATE with
-  // the unnumbered ranges OR-ed read every pending grouped row on SQLite, holding the write lock
-  // (a second at a million rows) for each dead-lettered group. Each page's rows leave the pending
-  // rows, so the next read finds the rest.
-  constexpr int kPage = 4096;
-  constexpr std::size_t kIdsPerUpdate = 512;
-  int changed = 0;
-  for (;;) {
-    Statement read = statement();
-    group_arms(read, "event_id", message_group, after);
-    read.sql(" LIMIT " + std::to_string(kPage));
-    const auto ids = texts(read, conn);
-    int changed_now = 0;
-    for (std::size_t from = 0; from < ids.size(); from += kIdsPerUpdate) {
-      Statement s = statement();
-      s.sql("UPDATE " + table_ + " SET status = " + status_sql(EventStatus::Dead) +
-            ", last_error = ")
-          .param(error)
-          .sql(", done_at = ")
-          .now(now)
-          .sql(", locked_by = NULL, locked_at = NULL WHERE " + dialect_.group_pending_filter() +
-               " AND");
-      s.ids_in("event_id", ids, from, std::min(kIdsPerUpdate, ids.size() - from));
-      changed_now += static_cast<int>(s.execute(conn));
-    }
-    changed += changed_now;
-    // Fewer than a page: that was the rest. None taken (each taken by another since the read):
-    // what is left is no longer pending.
-    if (ids.size() < static_cast<std::size_t>(kPage) || changed_now == 0) {
-      break;
-    }
+  // The group's rows chosen through its arms, each an index range. With the unnumbered ranges
+  // OR-ed into the UPDATE's own condition, SQLite read every pending grouped row (a second at a
+  // million rows, holding the write lock) for each dead-lettered group. Read and taken in pages
+  // by id instead, a group of 1,000,000 rows took 78 s on PostgreSQL and 174 s on MariaDB (each
+  // page passed the index entries of the rows taken before it): one statement does it in one
+  // pass.
+  const std::string set = " = " + status_sql(EventStatus::Dead) + ", ";
+  Statement s = statement();
+  if (dialect_.update_through_derived_table()) {
+    s.sql("UPDATE (");
+    group_arms(s, "event_id", message_group, after);
+    s.sql(") d STRAIGHT_JOIN " + table_ + " t ON t.event_id = d.event_id SET t.status" + set +
+          "t.last_error = ")
+        .param(error)
+        .sql(", t.done_at = ")
+        .now(now)
+        .sql(", t.locked_by = NULL, t.locked_at = NULL WHERE t." + dialect_.group_pending_filter());
+  } else {
+    s.sql("UPDATE " + table_ + " SET status" + set + "last_error = ")
+        .param(error)
+        .sql(", done_at = ")
+        .now(now)
+        .sql(", locked_by = NULL, locked_at = NULL WHERE " + dialect_.group_pending_filter() +
+             " AND event_id IN (");
+    group_arms(s, "event_id", message_group, after);
+    s.sql(")");
   }
+  const int changed = static_cast<int>(s.execute(conn));
   unblock(conn, message_group);
   return changed;
 }
@@ -571,7 +576,11 @@ std::optional<GroupInfo> SqlGroupStore::find(Connection& conn, std::string_view 
   info.attempts = static_cast<int>(head->get_int(2));
   info.last_error = head->get_optional_text(3);
   info.head_created_at = from_micros(head->get_int(4));
-  if (auto p = head->get_optional_int(5)) {
+  // As the row holds it when a whole number; another client's text or fraction (which counts as
+  // none) made the whole command fail.
+  if (const auto* p = std::get_if<std::int64_t>(&head->at(5));
+      p != nullptr && *p >= std::numeric_limits<int>::min() &&
+      *p <= std::numeric_limits<int>::max()) {
     info.partition = static_cast<int>(*p);
   }
   Statement count = statement();

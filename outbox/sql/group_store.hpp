@@ -16,6 +16,10 @@ namespace outbox::sql {
 /// The blocked-groups table of the outbox table `table`.
 std::string group_block_table_name(const std::string& table);
 
+/// "(partition_no < 0 OR partition_no >= 64)": a partition number outside the partitions, which
+/// counts as none (the condition of the index of such rows, schema version 12).
+std::string group_partition_out_of_range();
+
 /// GroupStore over `dialect` (which must outlive it) on `table` at schema version 5.
 /// `database_clock` as sql::StoreOptions::use_database_clock. Thread-safe (stateless apart from
 /// configuration and where assign_partitions() resumes). Throws std::invalid_argument on a bad

@@ -47,9 +47,10 @@ class PlanChecking final : public DelegatingConnection {
                          !small(detail.substr(scan.size()));
       const bool ranged = detail.rfind(rowid_range, 0) == 0 && detail.size() > rowid_range.size() &&
                           detail[rowid_range.size()] != '=';
-      // Every partition's rows but a few: a group's rows are in one partition.
-      const bool partitions =
-          detail.find("(partition_no>? AND partition_no<?)") != std::string::npos;
+      // A range of partition numbers reads the rows of every key in it: a group's rows are in
+      // one partition (or in the indexes of rows without a number).
+      const bool partitions = detail.find("(partition_no>") != std::string::npos ||
+                              detail.find("(partition_no<") != std::string::npos;
       if (whole || ranged || partitions) {
         scans.push_back(std::string(sql.substr(0, 120)) + ": " + detail);
       }
