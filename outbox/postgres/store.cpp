@@ -13,6 +13,7 @@ namespace {
 class PostgresDialect final : public sql::Dialect {
  public:
   std::string_view name() const override { return "postgres"; }
+  bool unions_or_of_ranges() const override { return true; }
   std::string placeholder(int n) const override { return "$" + std::to_string(n); }
   std::string typed(const std::string& marker, std::string_view type) const override {
     return marker + "::" + std::string(type);

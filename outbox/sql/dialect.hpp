@@ -78,6 +78,10 @@ class Dialect {
   /// (MariaDB, which plans "event_id IN (<select>)" as a subquery per row of a table scan);
   /// false: "UPDATE <table> SET … WHERE … AND event_id IN (<select>)".
   virtual bool update_through_derived_table() const { return false; }
+  /// True when the planner reads an OR of index ranges as the union of those ranges
+  /// (PostgreSQL's BitmapOr); false where such an OR read every row of the index (SQLite,
+  /// MariaDB), and each range is asked for as an arm of a UNION ALL instead.
+  virtual bool unions_or_of_ranges() const { return false; }
   /// True when grouped rows are also indexed per partition in insert order (schema version 9) and
   /// a claim reads each partition's front there. Only where settled rows leave that index at once
   /// (SQLite): PostgreSQL's index keeps them until a vacuum and InnoDB's until its purge, and a
