@@ -4,6 +4,7 @@
 #include <string>
 
 #include "outbox/internal/group_partitions.hpp"
+#include "outbox/internal/in_transaction.hpp"
 #include "outbox/json_codec.hpp"
 #include "outbox/lease.hpp"
 #include "outbox/log.hpp"
@@ -68,8 +69,7 @@ bool GroupPartitions::settle_undecodable(sql::Connection& conn, const OutboxEven
   // Read, not locked (GroupStore::claim): locked for the failure's write under the lease it was
   // read under, in one transaction with the write (the lease row share-locked until the commit),
   // so nothing is written once the partition has moved.
-  conn.begin();
-  try {
+  return in_transaction(conn, [&] {
     bool go_on = false;
     if (options_.store->hold(conn, row.event_id, read_under, options_.owner, now)) {
       switch (policy) {
@@ -85,16 +85,8 @@ bool GroupPartitions::settle_undecodable(sql::Connection& conn, const OutboxEven
           break;
       }
     }
-    conn.commit();
     return go_on;
-  } catch (...) {
-    try {
-      conn.rollback();
-    } catch (const std::exception&) {
-      // The original error is the one worth reporting.
-    }
-    throw;
-  }
+  });
 }
 
 }  // namespace outbox::internal
