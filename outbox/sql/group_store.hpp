@@ -1,6 +1,7 @@
 #pragma once
 // The message-group store written once over a Dialect: scans of a partition, fenced claims of
-// group heads, blocked groups and the operators' actions.
+// group heads, blocked groups and the operators' actions (the claim's reads in group_reads.cpp,
+// the writes and reads of one group in group_actions.cpp).
 
 #include <cstdint>
 #include <mutex>
@@ -66,7 +67,8 @@ class SqlGroupStore final : public GroupStore {
  private:
   Statement statement() const { return Statement(dialect_, database_clock_); }
   // The ranges of partition_no that hold no number (none, one outside 0 … 63, a fraction where
-  // the column keeps one): each one range of the group index on every engine.
+  // the column keeps one), disjoint: each read through an index on every engine (outside 0 … 63
+  // through <table>_groups_outside where indexes may be partial).
   std::vector<std::string> unnumbered_ranges() const;
   // "SELECT <columns> FROM table WHERE <grouped pending> AND <range> AND message_group = ? …
   // UNION ALL …": the group's pending rows, an arm for its partition and one per unnumbered range
