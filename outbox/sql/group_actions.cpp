@@ -38,8 +38,8 @@ void SqlGroupStore::group_arms(Statement& s, const std::string& columns,
       s.sql(" AND " + dialect_.group_order_column() + " > ").param(*after);
     }
     if (limit > 0) {
-      // The arms of a range of numbers (< 0, >= 64) sort their few rows: ordered by the column
-      // itself, SQLite read the whole table in its order for a LIMIT above a few rows.
+      // The arms of ranges of numbers (outside 0 … 63, fractions) sort their few rows: ordered by
+      // the column itself, SQLite read the whole table in its order for a LIMIT above a few rows.
       const bool ranged =
           ranges[i].find('<') != std::string::npos || ranges[i].find(">=") != std::string::npos;
       s.sql(" ORDER BY " + dialect_.group_order_column() + (ranged ? " + 0" : "") + " LIMIT " +

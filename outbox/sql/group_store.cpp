@@ -69,16 +69,6 @@ namespace outbox::sql {
 
 using internal::in_transaction;
 
-namespace {
-
-// A row without a partition number, or with one outside 0 … 63: a writer outside this library
-// left it to the partition's holder to number. (And, where the column keeps one, a number that is
-// not a whole number: Dialect::fractional_partition.)
-const std::string kUnnumbered = "partition_no IS NULL OR partition_no < 0 OR partition_no >= " +
-                                std::to_string(kMessageGroupPartitions);
-
-}  // namespace
-
 std::string group_block_table_name(const std::string& table) {
   return derived_name(table, "_group_block");
 }
@@ -96,8 +86,13 @@ SqlGroupStore::SqlGroupStore(const Dialect& dialect, std::string table, bool dat
   block_table_ = group_block_table_name(table_);
   lease_table_ = lease_table_name(table_);
   columns_ = internal::event_columns(dialect_, true);
-  const auto fractional = dialect_.fractional_partition();
-  unnumbered_ = fractional.empty() ? kUnnumbered : kUnnumbered + " OR " + fractional;
+  // A row without a partition number, or with one outside 0 … 63: a writer outside this library
+  // left it to the partition's holder to number. (And, where the column keeps one, a number that
+  // is not a whole number: Dialect::fractional_partition.)
+  unnumbered_ = "partition_no IS NULL OR " + group_partition_out_of_range();
+  if (const auto fractional = dialect_.fractional_partition(); !fractional.empty()) {
+    unnumbered_ += " OR " + fractional;
+  }
   for (int p = 0; p < kMessageGroupPartitions; ++p) {
     std::string in;
     for (int q = 0; q < kMessageGroupPartitions; ++q) {
@@ -124,9 +119,8 @@ std::vector<std::string> SqlGroupStore::unnumbered_ranges() const {
 void SqlGroupStore::unassigned_arms(Statement& s, const std::string& columns,
                                     const std::vector<std::string>* groups, std::size_t from,
                                     std::size_t n, const std::string* after) const {
-  // Three arms, each one range of the group index: with the three ranges OR-ed, SQLite read the
-  // whole table every cycle.
-  // A fourth where the column keeps fractions, through the (normally empty) index of such rows.
+  // An arm per range (unnumbered_ranges), each read through an index: with the ranges OR-ed,
+  // SQLite read the whole table every cycle.
   const auto ranges = unnumbered_ranges();
   for (std::size_t i = 0; i < ranges.size(); ++i) {
     s.sql(std::string(i == 0 ? "" : " UNION ALL ") + "SELECT " + columns + " FROM " + table_ +
