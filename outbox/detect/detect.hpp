@@ -68,7 +68,7 @@ std::shared_ptr<sql::ConnectionPool> open_pool(const std::string& url, std::size
                                                const sql::NetworkTimeouts& timeouts = {});
 
 /// The schema version this build creates.
-inline constexpr int kSchemaVersion = 12;
+inline constexpr int kSchemaVersion = 13;
 
 /// Versions before and after a migrate() call.
 struct MigrationResult {

@@ -40,6 +40,7 @@ class MySqlDialect final : public sql::Dialect {
   // No partial indexes: pending_at / terminal_at are NULL outside their statuses, so their
   // indexes hold the pending (resp. terminal) rows in claim (resp. purge) order.
   std::string pending_column() const override { return "pending_at"; }
+  bool partial_indexes() const override { return false; }
   std::string pending_filter() const override { return "pending_at IS NOT NULL"; }
   std::string group_pending_filter() const override { return "group_pending = 1"; }
   std::string group_order_column() const override { return "stream_id"; }

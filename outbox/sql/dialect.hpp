@@ -87,6 +87,11 @@ class Dialect {
   /// (SQLite): PostgreSQL's index keeps them until a vacuum and InnoDB's until its purge, and a
   /// front read through them cost more than the locality it gave.
   virtual bool group_fronts() const { return false; }
+  /// True where indexes may be partial (SQLite, PostgreSQL): the DEAD rows then have one (schema
+  /// version 13) and the status counts read the pending, terminal and DEAD rows' indexes.
+  virtual bool partial_indexes() const { return true; }
+  /// `column` written so that no index on it is used for it (SQLite: +column).
+  virtual std::string unindexed(const std::string& column) const { return column; }
   /// The condition "partition_no holds a number that is not a whole one" where a column can keep
   /// such a value (SQLite keeps 53.5 in an INTEGER column), empty where the column rounds it.
   /// Such a row counts as unnumbered.

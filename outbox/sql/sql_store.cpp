@@ -551,15 +551,46 @@ std::optional<OutboxEvent> SqlOutboxStore::find(Connection& conn, std::string_vi
 
 std::vector<std::int64_t> SqlOutboxStore::count_by_status(Connection& conn) {
   std::vector<std::int64_t> counts(4, 0);
-  for (const auto& r :
-       statement()
-           .sql("SELECT status, COUNT(*) FROM " + options_.table + " GROUP BY status")
-           .query(conn)) {
+  if (!dialect_.partial_indexes()) {
+    for (const auto& r :
+         statement()
+             .sql("SELECT status, COUNT(*) FROM " + options_.table + " GROUP BY status")
+             .query(conn)) {
+      const auto status = r.get_int(0);
+      if (status >= 0 && status < 4) {
+        counts[static_cast<std::size_t>(status)] = r.get_int(1);
+      }
+    }
+    return counts;
+  }
+  // Grouped by status the whole table was read (0.26 s at 1,000,000 rows on SQLite, every 2 s
+  // with the dashboard open): each part is read in its own index instead, the pending rows by
+  // status, the terminal ones counted, and DONE is those less the DEAD ones. One statement, so
+  // one snapshot: a row settled meanwhile is counted once.
+  constexpr std::int64_t kTerminal = -1;
+  constexpr std::int64_t kDead = -2;
+  const std::string& t = options_.table;
+  const auto rows =
+      statement()
+          .sql("SELECT status, COUNT(*) FROM " + t + " WHERE " + dialect_.pending_filter() +
+               " GROUP BY status UNION ALL SELECT status, COUNT(*) FROM " + t + " WHERE " +
+               dialect_.group_pending_filter() + " GROUP BY status UNION ALL SELECT " +
+               std::to_string(kTerminal) + ", COUNT(*) FROM " + t + " WHERE " +
+               dialect_.terminal_filter() + " UNION ALL SELECT " + std::to_string(kDead) +
+               ", COUNT(*) FROM " + t + " WHERE status = " + status_sql(EventStatus::Dead))
+          .query(conn);
+  std::int64_t terminal = 0;
+  for (const auto& r : rows) {
     const auto status = r.get_int(0);
-    if (status >= 0 && status < 4) {
-      counts[static_cast<std::size_t>(status)] = r.get_int(1);
+    if (status == kTerminal) {
+      terminal = r.get_int(1);
+    } else if (status == kDead) {
+      counts[3] = r.get_int(1);
+    } else if (status >= 0 && status < 4) {
+      counts[static_cast<std::size_t>(status)] += r.get_int(1);
     }
   }
+  counts[1] = terminal - counts[3];
   return counts;
 }
 
@@ -585,13 +616,16 @@ std::vector<std::pair<std::string, std::int64_t>> SqlOutboxStore::count_dead_by_
 }
 
 std::optional<Timestamp> SqlOutboxStore::oldest_pending(Connection& conn) {
-  const auto rows =
-      statement()
-          .sql("SELECT " + dialect_.micros("MIN(p)") + " FROM (SELECT MIN(" +
-               dialect_.pending_column() + ") AS p FROM " + options_.table + " WHERE " +
-               dialect_.pending_filter() + " UNION ALL SELECT MIN(created_at) FROM " +
-               options_.table + " WHERE " + dialect_.group_pending_filter() + ") m")
-          .query(conn);
+  // The grouped rows' oldest through their own index: SQLite took MIN(created_at) from the index
+  // of every row's created_at, reading each row older than the oldest grouped pending one (all
+  // of them when none is: 0.17 s at 900,000 DONE rows, every 2 s with the dashboard open).
+  const auto rows = statement()
+                        .sql("SELECT " + dialect_.micros("MIN(p)") + " FROM (SELECT MIN(" +
+                             dialect_.pending_column() + ") AS p FROM " + options_.table +
+                             " WHERE " + dialect_.pending_filter() + " UNION ALL SELECT MIN(" +
+                             dialect_.unindexed("created_at") + ") FROM " + options_.table +
+                             " WHERE " + dialect_.group_pending_filter() + ") m")
+                        .query(conn);
   if (rows.empty() || rows[0].is_null(0)) {
     return std::nullopt;
   }

@@ -30,6 +30,7 @@ class SqliteDialect final : public sql::Dialect {
   }
   bool has_bytes_column() const override { return false; }
   bool group_fronts() const override { return true; }
+  std::string unindexed(const std::string& column) const override { return "+" + column; }
   // A REAL that is a whole number (53.0, as a column declared REAL keeps every number) is one.
   std::string fractional_partition() const override {
     return "typeof(partition_no) = 'real' AND partition_no <> CAST(partition_no AS INTEGER)";
@@ -179,6 +180,15 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   create_group_schema(conn, table);
   create_writer_defaults(conn, table);
   create_tracing_column(conn, table);
+  create_dead_index(conn, table);
+}
+
+void create_dead_index(sql::Connection& conn, const std::string& table) {
+  validate_table_name(table);
+  // The status report counts DEAD rows, and their types, here (the dashboard asks every 2 s):
+  // counted in the table, they cost a read of every row (0.13 s at 1,000,000).
+  conn.execute("CREATE INDEX IF NOT EXISTS " + table + "_dead ON " + table +
+               " (event_type) WHERE status = " + sql::status_sql(EventStatus::Dead));
 }
 
 void create_tracing_column(sql::Connection& conn, const std::string& table) {

@@ -32,6 +32,8 @@ class PlanChecking final : public DelegatingConnection {
     return inner().query(sql, params);
   }
   std::vector<std::string> scans;  // "statement: plan step" of each such read
+  // Indexes whose use is recorded in `scans` too (one read in its order from an end, say).
+  std::vector<std::string> shunned_indexes;
   int statements = 0;
 
  private:
@@ -51,7 +53,14 @@ class PlanChecking final : public DelegatingConnection {
       // one partition (or in the indexes of rows without a number).
       const bool partitions = detail.find("(partition_no>") != std::string::npos ||
                               detail.find("(partition_no<") != std::string::npos;
-      if (whole || ranged || partitions) {
+      bool shunned = false;
+      for (const auto& index : shunned_indexes) {
+        const auto at = detail.find(" INDEX " + index);
+        const auto end = at + 7 + index.size();
+        shunned =
+            shunned || (at != std::string::npos && (end == detail.size() || detail[end] == ' '));
+      }
+      if (whole || ranged || partitions || shunned) {
         scans.push_back(std::string(sql.substr(0, 120)) + ": " + detail);
       }
     }
