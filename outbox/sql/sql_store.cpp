@@ -595,11 +595,17 @@ std::vector<std::int64_t> SqlOutboxStore::count_by_status(Connection& conn) {
 }
 
 int SqlOutboxStore::release_claims(Connection& conn, std::string_view owner) {
-  Statement s = statement();
-  s.sql("UPDATE " + options_.table + " SET locked_by = NULL, locked_at = NULL WHERE locked_by = ")
-      .param(TextRef{owner})
-      .sql(" AND " + pending_statuses());
-  return to_int(s.execute(conn));
+  // The pending rows with a group and those without, each through its own index: by status alone
+  // every engine read the whole table (SQLite: 0.13 s at 1,000,000 rows, under the write lock).
+  std::int64_t released = 0;
+  for (const auto& pending : {dialect_.pending_filter(), dialect_.group_pending_filter()}) {
+    Statement s = statement();
+    s.sql("UPDATE " + options_.table + " SET locked_by = NULL, locked_at = NULL WHERE " + pending +
+          " AND locked_by = ")
+        .param(TextRef{owner});
+    released += s.execute(conn);
+  }
+  return to_int(released);
 }
 
 std::vector<std::pair<std::string, std::int64_t>> SqlOutboxStore::count_dead_by_type(
