@@ -161,9 +161,9 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table,
     step(12, "grouped rows that have failed or are numbered outside the partitions indexed");
     engine.create_group_schema(conn, table);
   }
-  // Version 13: an index of the DEAD rows by type, which the status counts read (SQLite and
-  // PostgreSQL; MariaDB counts them in the table).
-  if (result.from < 13 && engine.create_dead_index != nullptr) {
+  // Version 13: an index of the DEAD rows by type, which the status counts read (MariaDB: of a
+  // virtual column that holds the type of a DEAD row, added online).
+  if (result.from < 13) {
     step(13, "DEAD rows indexed by type");
     engine.create_dead_index(conn, table);
   }

@@ -62,6 +62,10 @@ std::string Dialect::group_pending_filter() const {
   return pending_statuses() + " AND message_group IS NOT NULL";
 }
 
+std::string Dialect::dead_filter() const {
+  return "status = " + status_sql(EventStatus::Dead);
+}
+
 std::string Dialect::terminal_filter() const {
   return terminal_statuses();
 }

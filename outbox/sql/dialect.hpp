@@ -87,9 +87,10 @@ class Dialect {
   /// (SQLite): PostgreSQL's index keeps them until a vacuum and InnoDB's until its purge, and a
   /// front read through them cost more than the locality it gave.
   virtual bool group_fronts() const { return false; }
-  /// True where indexes may be partial (SQLite, PostgreSQL): the DEAD rows then have one (schema
-  /// version 13) and the status counts read the pending, terminal and DEAD rows' indexes.
-  virtual bool partial_indexes() const { return true; }
+  /// "The row is DEAD" as the DEAD rows' index (schema version 13) is read, and the column of
+  /// that index that holds their type.
+  virtual std::string dead_filter() const;
+  virtual std::string dead_type_column() const { return "event_type"; }
   /// `column` written so that no index on it is used for it (SQLite: +column).
   virtual std::string unindexed(const std::string& column) const { return column; }
   /// The condition "partition_no holds a number that is not a whole one" where a column can keep
