@@ -1,9 +1,10 @@
 // Statements about the rows of the whole table, on every engine: the status report's counts (GET
 // /api/status, which the dashboard asks for every 2 s, and `outbox status`) and the release of a
 // stopping node's claims. Exact for rows of every kind (grouped or not, an outside client's
-// status), and on SQLite read through the indexes of the rows they are about, never the whole
-// table nor every row's created_at (at 1,000,000 rows the report read the table three times:
-// 0.55 s; a release read it under the write lock: 0.13 s).
+// status), and on SQLite read through the indexes of the rows they are about: the counts read no
+// row (at 1,000,000 rows the report read the table three times, 0.55 s; counted by status through
+// the pending rows' indexes it read each grouped row, 1.4 s), a release reads no settled row (it
+// read them all under the write lock: 0.13 s).
 
 #include <gtest/gtest.h>
 
@@ -14,9 +15,11 @@
 #include <utility>
 #include <vector>
 
+#include "outbox/detect/detect.hpp"
 #include "outbox/sql/connection.hpp"
 #include "tests/support/group_contract_fixture.hpp"
 #include "tests/support/plan_checking.hpp"
+#include "tests/support/tables.hpp"
 
 namespace outbox {
 namespace {
@@ -53,16 +56,20 @@ class TableWide : public testing::GroupContractFixture {
         at + ", " + (status == 1 || status == 3 ? at : "NULL") + ", " + group + ", " +
         (locked_by.empty() ? "NULL, NULL" : "'" + locked_by + "', " + at) + ")");
   }
-  // `conn` itself, or on SQLite `conn` asking for each statement's plan, allowed to read the
-  // indexes of the pending, grouped, terminal and DEAD rows whole, never <table>_created.
+  // `conn` itself, or on SQLite `conn` asking for each statement's plan: allowed to read the
+  // indexes of the pending, grouped, terminal, RETRY and DEAD rows whole, never <table>_created.
+  // (A count of a partial index's rows reads none of them, though SQLite's plan does not say
+  // "COVERING": at 1,000,000 grouped pending rows 0.06 s; counted by status, 1.4 s.)
   sql::Connection& watched(sql::Connection& conn) {
     if (!engine_is("sqlite")) {
       return conn;
     }
-    checking_.emplace(
-        conn, table_,
-        std::vector<std::string>{table_ + "_pending", table_ + "_groups", table_ + "_groups_front",
-                                 table_ + "_terminal", table_ + "_dead"});
+    std::vector<std::string> allowed;
+    for (const char* suffix :
+         {"_pending", "_groups", "_groups_front", "_terminal", "_retry_dead"}) {
+      allowed.push_back(table_ + suffix);
+    }
+    checking_.emplace(conn, table_, std::move(allowed));
     checking_->shunned_indexes = {table_ + "_created"};
     return *checking_;
   }
@@ -93,28 +100,61 @@ TEST_P(TableWide, CountEveryKindOfRowOnceAndReadOnlyTheirIndexes) {
   insert("unknown-status", "Placed", 7, 1);  // an outside client's: counted nowhere
 
   auto conn = pool_->acquire();
-  std::optional<PlanChecking> checking;
-  sql::Connection* c = &*conn;
-  if (engine_is("sqlite")) {
-    checking.emplace(
-        *conn, table_,
-        std::vector<std::string>{table_ + "_pending", table_ + "_groups", table_ + "_groups_front",
-                                 table_ + "_terminal", table_ + "_dead"});
-    checking->shunned_indexes = {table_ + "_created"};
-    c = &*checking;
-  }
+  sql::Connection* c = &watched(*conn);
   EXPECT_EQ(store_->count_by_status(*c), (std::vector<std::int64_t>{4, 5, 2, 3}));
   EXPECT_EQ(store_->count_dead_by_type(*c),
             (std::vector<std::pair<std::string, std::int64_t>>{{"Refunded", 2}, {"Paid", 1}}));
-  const auto oldest = store_->oldest_pending(*c);
+  if (checking_) {
+    EXPECT_EQ(checking_->scans, std::vector<std::string>{});
+    EXPECT_EQ(checking_->statements, 2);
+  }
+  // With grouped rows pending, their oldest is looked for from the oldest created_at on (an index
+  // of their own would cost each insert; read among them it cost a row read each).
+  const auto oldest = store_->oldest_pending(*conn);
+  ASSERT_TRUE(oldest.has_value());
+  const auto age = std::chrono::system_clock::now() - *oldest;
+  EXPECT_GT(age, std::chrono::minutes(90));
+  EXPECT_LT(age, std::chrono::minutes(150));
+}
+
+TEST_P(TableWide, WithoutGroupedRowsPendingTheOldestPendingRowIsFoundWithoutWalkingTheRest) {
+  // Settled rows older than the pending one: MIN(created_at) of the grouped pending rows walked
+  // every row's created_at from its oldest end, to its end when none was pending.
+  for (int i = 0; i < 4; ++i) {
+    insert("done-" + std::to_string(i), "Shipped", 1, 5, "order-" + std::to_string(i));
+  }
+  insert("dead", "Paid", 3, 4, "order-1");
+  insert("plain-new", "Placed", 0, 2);
+  auto conn = pool_->acquire();
+  const auto oldest = store_->oldest_pending(watched(*conn));
   ASSERT_TRUE(oldest.has_value());
   const auto age = std::chrono::system_clock::now() - *oldest;
   EXPECT_GT(age, std::chrono::minutes(90));
   EXPECT_LT(age, std::chrono::minutes(150));
   if (checking_) {
     EXPECT_EQ(checking_->scans, std::vector<std::string>{});
-    EXPECT_EQ(checking_->statements, 3);
   }
+}
+
+TEST_P(TableWide, AnApplicationsTableNamedLikeTheRetryAndDeadIndexDoesNotStopTheMigration) {
+  // <table>_retry_dead is the name of that index on SQLite and PostgreSQL, where indexes and
+  // tables share names: a table of that name is left alone, and the counts read the table.
+  const std::string t = testing::unique_table("named");
+  auto conn = pool_->acquire();
+  conn->execute("CREATE TABLE " + derived_name(t, "_retry_dead") + " (event_id VARCHAR(64))");
+  try {
+    EXPECT_EQ(migrate(*conn, t).to, kSchemaVersion);
+    auto store = detect_store(*conn, t);
+    store->insert_batch(
+        *conn, {EventEnvelope::builder(EventType::of("Placed")).payload_json("{}").build()});
+    EXPECT_EQ(store->count_by_status(*conn), (std::vector<std::int64_t>{1, 0, 0, 0}));
+    EXPECT_EQ(store->count_dead_by_type(*conn).size(), 0U);
+    EXPECT_EQ(migrate(*conn, t).from, kSchemaVersion);  // and again, as a no-op
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << e.what();
+  }
+  testing::drop_outbox_tables(*conn, t);
+  conn->execute("DROP TABLE IF EXISTS " + derived_name(t, "_retry_dead"));
 }
 
 TEST_P(TableWide, AnEmptyTableAndOneWithoutPendingRowsCountNothing) {

@@ -161,11 +161,11 @@ MigrationResult migrate(sql::Connection& conn, const std::string& table,
     step(12, "grouped rows that have failed or are numbered outside the partitions indexed");
     engine.create_group_schema(conn, table);
   }
-  // Version 13: an index of the DEAD rows by type, which the status counts read (MariaDB: of a
-  // virtual column that holds the type of a DEAD row, added online).
+  // Version 13: an index of the RETRY and DEAD rows by status and type, which the status counts
+  // read (MariaDB: of a virtual column that holds the status of such a row, added online).
   if (result.from < 13) {
-    step(13, "DEAD rows indexed by type");
-    engine.create_dead_index(conn, table);
+    step(13, "RETRY and DEAD rows indexed by status and type");
+    engine.create_retry_dead_index(conn, table);
   }
   if (result.from == 0) {
     // Idempotent as well as serialized: a run that raced past the lock (a session that lost it)

@@ -28,10 +28,10 @@ void create_writer_defaults(sql::Connection& conn, const std::string& table = "o
 /// version 7, also made by create_schema). Throws outbox::StoreError, std::invalid_argument on a
 /// bad table name.
 void create_tracing_column(sql::Connection& conn, const std::string& table = "outbox_event");
-/// Indexes the DEAD rows by type through the virtual column dead_type (schema version 13, also
-/// made by create_schema; online, no copy of the table). Throws outbox::StoreError,
-/// std::invalid_argument on a bad table name.
-void create_dead_index(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Indexes the RETRY and DEAD rows by status and type through the virtual column retry_dead (schema
+/// version 13, also made by create_schema; online, no copy of the table). Throws
+/// outbox::StoreError, std::invalid_argument on a bad table name.
+void create_retry_dead_index(sql::Connection& conn, const std::string& table = "outbox_event");
 /// Makes stream_id (insert order) the primary key of `table`, event_id a unique index: InnoDB
 /// stores rows in primary key order, and random event ids (UUIDv4 from other writers) scattered
 /// every claim, mark and poll over the whole table (schema version 8, also made by create_schema;

@@ -2,6 +2,7 @@
 
 #include "outbox/errors.hpp"
 #include "outbox/internal/event_row.hpp"
+#include "outbox/log.hpp"
 #include "outbox/postgres/stream.hpp"
 #include "outbox/sql/connection.hpp"
 #include "outbox/sql/group_store.hpp"
@@ -101,17 +102,32 @@ void create_schema(sql::Connection& conn, const std::string& table) {
   create_group_schema(conn, table);
   create_writer_defaults(conn, table);
   create_tracing_column(conn, table);
-  create_dead_index(conn, table);
+  create_retry_dead_index(conn, table);
 }
 
-void create_dead_index(sql::Connection& conn, const std::string& table) {
+void create_retry_dead_index(sql::Connection& conn, const std::string& table) {
   validate_table_name(table);
-  // The status report counts DEAD rows, and their types, here (the dashboard asks every 2 s):
-  // counted in the table, they cost a read of every row.
-  const std::string dead = derived_name(table, "_dead");
-  conn.execute("CREATE INDEX IF NOT EXISTS " + dead + " ON " + table +
-               " (event_type) WHERE status = " + sql::status_sql(EventStatus::Dead));
-  require_index(conn, table, dead);
+  // The status report counts the RETRY and DEAD rows, and the DEAD ones' types, here (the
+  // dashboard asks every 2 s): counted in the table, they cost a read of every row. Empty while
+  // nothing fails, so it costs an insert nothing.
+  const std::string index = derived_name(table, "_retry_dead");
+  const auto taken = conn.query(
+      "SELECT c.relkind::text, CASE WHEN i.indrelid = '" + table +
+      "'::regclass THEN 1 ELSE 0 END FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid "
+      "WHERE "
+      "c.relname = lower('" +
+      index + "') AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = '" + table +
+      "'::regclass)");
+  if (!taken.empty() && taken[0].get_int(1) == 0) {
+    // An application's relation (a dead-letter archive, say): the counts read the table instead.
+    log(LogLevel::Warning, "postgres: " + index +
+                               " is the name of another relation: the status counts of " + table +
+                               " read the whole table");
+    return;
+  }
+  conn.execute("CREATE INDEX IF NOT EXISTS " + index + " ON " + table + " (" +
+               dialect().retry_dead_status() + ", event_type) WHERE " +
+               dialect().retry_dead_filter());
 }
 
 void create_tracing_column(sql::Connection& conn, const std::string& table) {

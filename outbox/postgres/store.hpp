@@ -30,10 +30,11 @@ void create_writer_defaults(sql::Connection& conn, const std::string& table = "o
 /// version 7, also made by create_schema). Throws outbox::StoreError, std::invalid_argument on a
 /// bad table name.
 void create_tracing_column(sql::Connection& conn, const std::string& table = "outbox_event");
-/// Indexes the DEAD rows by type (schema version 13, also made by create_schema), which the
-/// status counts and the dead events' counts by type read. Throws outbox::StoreError,
-/// std::invalid_argument on a bad table name.
-void create_dead_index(sql::Connection& conn, const std::string& table = "outbox_event");
+/// Indexes the RETRY and DEAD rows by status and type (schema version 13, also made by
+/// create_schema), which the status counts and the dead events' counts by type read; a name
+/// another relation holds is logged and left (the counts then read the table). Throws
+/// outbox::StoreError, std::invalid_argument on a bad table name.
+void create_retry_dead_index(sql::Connection& conn, const std::string& table = "outbox_event");
 
 /// The PostgreSQL dialect: TIMESTAMPTZ, JSONB and BYTEA columns, `$n` parameters, id arrays.
 const sql::Dialect& dialect();

@@ -62,8 +62,9 @@ std::string Dialect::group_pending_filter() const {
   return pending_statuses() + " AND message_group IS NOT NULL";
 }
 
-std::string Dialect::dead_filter() const {
-  return "status = " + status_sql(EventStatus::Dead);
+std::string Dialect::retry_dead_filter() const {
+  return "status IN (" + status_sql(EventStatus::Retry) + ", " + status_sql(EventStatus::Dead) +
+         ")";
 }
 
 std::string Dialect::terminal_filter() const {

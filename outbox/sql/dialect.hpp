@@ -87,12 +87,10 @@ class Dialect {
   /// (SQLite): PostgreSQL's index keeps them until a vacuum and InnoDB's until its purge, and a
   /// front read through them cost more than the locality it gave.
   virtual bool group_fronts() const { return false; }
-  /// "The row is DEAD" as the DEAD rows' index (schema version 13) is read, and the column of
-  /// that index that holds their type.
-  virtual std::string dead_filter() const;
-  virtual std::string dead_type_column() const { return "event_type"; }
-  /// `column` written so that no index on it is used for it (SQLite: +column).
-  virtual std::string unindexed(const std::string& column) const { return column; }
+  /// "The row is RETRY or DEAD" as the index of those rows (schema version 13) is read, and the
+  /// column of that index that holds their status (its other column is event_type).
+  virtual std::string retry_dead_filter() const;
+  virtual std::string retry_dead_status() const { return "status"; }
   /// The condition "partition_no holds a number that is not a whole one" where a column can keep
   /// such a value (SQLite keeps 53.5 in an INTEGER column), empty where the column rounds it.
   /// Such a row counts as unnumbered.

@@ -48,8 +48,8 @@ struct Engine {
   /// Stores the rows in insert order (schema version 8: MariaDB's primary key becomes
   /// stream_id); nullptr where the engine does so already.
   void (*cluster_by_insert_order)(Connection& conn, const std::string& table) = nullptr;
-  /// Indexes the DEAD rows by type (schema version 13).
-  void (*create_dead_index)(Connection& conn, const std::string& table);
+  /// Indexes the RETRY and DEAD rows by status and type (schema version 13).
+  void (*create_retry_dead_index)(Connection& conn, const std::string& table);
   std::shared_ptr<StreamStore> (*make_stream_store)(const std::string& table);
   /// Serializes migrations of one database: takes a lock (and begins the migration's transaction
   /// where DDL is transactional); unlock_migrations ends both, committing or not.
