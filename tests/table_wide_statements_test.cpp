@@ -1,10 +1,9 @@
 // Statements about the rows of the whole table, on every engine: the status report's counts (GET
 // /api/status, which the dashboard asks for every 2 s, and `outbox status`) and the release of a
 // stopping node's claims. Exact for rows of every kind (grouped or not, an outside client's
-// status), and on SQLite read through the indexes of the rows they are about: the counts read no
-// row (at 1,000,000 rows the report read the table three times, 0.55 s; counted by status through
-// the pending rows' indexes it read each grouped row, 1.4 s), a release reads no settled row (it
-// read them all under the write lock: 0.13 s).
+// status); on SQLite the counts read no row (at 1,000,000 rows the report read the table three
+// times, 0.55 s; counted by status through the pending rows' indexes it read each grouped row,
+// 1.4 s).
 
 #include <gtest/gtest.h>
 
@@ -157,6 +156,24 @@ TEST_P(TableWide, AnApplicationsTableNamedLikeTheRetryAndDeadIndexDoesNotStopThe
   conn->execute("DROP TABLE IF EXISTS " + derived_name(t, "_retry_dead"));
 }
 
+TEST_P(TableWide, OnSqliteATriggerOfTheIndexsNameLeavesTheIndexMade) {
+  if (!engine_is("sqlite")) {
+    GTEST_SKIP() << "SQLite's triggers have names of their own";
+  }
+  const std::string t = testing::unique_table("trigger");
+  auto conn = pool_->acquire();
+  migrate(*conn, t);
+  const std::string index = t + "_retry_dead";
+  conn->execute("DROP INDEX " + index);
+  conn->execute("CREATE TRIGGER " + index + " AFTER INSERT ON " + t + " BEGIN SELECT 1; END");
+  conn->execute("UPDATE outbox_schema_version SET version = 12 WHERE table_name = '" + t + "'");
+  migrate(*conn, t);
+  EXPECT_EQ(conn->query("SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = '" +
+                        index + "'")[0]
+                .get_int(0),
+            1);
+}
+
 TEST_P(TableWide, AnEmptyTableAndOneWithoutPendingRowsCountNothing) {
   auto conn = pool_->acquire();
   EXPECT_EQ(store_->count_by_status(*conn), (std::vector<std::int64_t>{0, 0, 0, 0}));
@@ -181,7 +198,7 @@ TEST_P(TableWide, ReleasingANodesClaimsFreesItsPendingRowsGroupedOrNotAndNothing
   pool_->acquire()->execute("UPDATE " + table_ +
                             " SET partition_no = NULL WHERE event_id = 'grouped-unnumbered'");
   auto conn = pool_->acquire();
-  EXPECT_EQ(store_->release_claims(watched(*conn), "node-a"), 4);
+  EXPECT_EQ(store_->release_claims(*conn, "node-a"), 4);
   for (const char* id : {"plain", "plain-retry", "held-head", "grouped-unnumbered"}) {
     EXPECT_EQ(locked_by(id), std::nullopt) << id;
   }
@@ -189,9 +206,6 @@ TEST_P(TableWide, ReleasingANodesClaimsFreesItsPendingRowsGroupedOrNotAndNothing
   EXPECT_EQ(locked_by("other-node-grouped"), "node-b");
   EXPECT_EQ(locked_by("done-0"), "node-a");  // settled rows are left as they are
   EXPECT_EQ(locked_by("dead"), "node-a");
-  if (checking_) {
-    EXPECT_EQ(checking_->scans, std::vector<std::string>{});
-  }
   EXPECT_EQ(store_->release_claims(*conn, "node-a"), 0);
 }
 
