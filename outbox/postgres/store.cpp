@@ -114,8 +114,7 @@ void create_retry_dead_index(sql::Connection& conn, const std::string& table) {
   const auto taken = conn.query(
       "SELECT c.relkind::text, CASE WHEN i.indrelid = '" + table +
       "'::regclass THEN 1 ELSE 0 END FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid "
-      "WHERE "
-      "c.relname = lower('" +
+      "WHERE c.relname = lower('" +
       index + "') AND c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = '" + table +
       "'::regclass)");
   if (!taken.empty() && taken[0].get_int(1) == 0) {
