@@ -43,8 +43,10 @@ const sql::Engine& engine() {
           },
       .create_tracing_column = [](sql::Connection& conn,
                                   const std::string& table) { create_tracing_column(conn, table); },
-      .create_retry_dead_index = [](sql::Connection& conn,
-                              const std::string& table) { create_retry_dead_index(conn, table); },
+      .create_retry_dead_index =
+          [](sql::Connection& conn, const std::string& table) {
+            create_retry_dead_index(conn, table);
+          },
       .make_stream_store = [](const std::string& table) -> std::shared_ptr<StreamStore> {
         return std::make_shared<SqliteStreamStore>(table);
       },
